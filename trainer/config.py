@@ -1,0 +1,44 @@
+"""How one trial is trained: the `[train]` settings plus the epoch budget and seed.
+
+This module imports nothing heavy, so the search side can build a `TrainConfig` without
+loading torch. Validation happens once, at the edge (``search.config``); inside, the values
+are trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["OPTIMIZERS", "PRECISIONS", "Optimizer", "Precision", "TrainConfig"]
+
+Precision = Literal["auto", "bf16", "fp16", "fp32"]
+Optimizer = Literal["adamw", "sgd"]
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Settings of one training run (one trial)."""
+
+    epochs: int
+    """Epochs to train; also the pruner's max_resource (one report per epoch)."""
+
+    precision: Precision = "auto"
+    """auto: bf16 on GPUs that support it, fp16 (with loss scaling) on older GPUs, fp32 on CPU."""
+
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step; the micro-batch is batch_size / grad_accum_steps."""
+
+    grad_checkpointing: bool = False
+    """Recompute activations in the backward pass instead of keeping them (less memory, ~30% slower)."""
+
+    checkpoint_every_s: float = 300.0
+    """Seconds between mid-epoch checkpoints; one is also written at every epoch end and on SIGTERM."""
+
+    optimizer: Optimizer = "adamw"
+    """adamw or sgd (with Nesterov momentum 0.9)."""
+
+    seed: int = 0
+    """Seeds model init, data order and dropout: the same seed and params give the same run."""
