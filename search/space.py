@@ -58,6 +58,10 @@ class FloatParam:
     def parse(self, text: str) -> float:
         return float(text)
 
+    def center(self) -> float:
+        """The value used when none is given: the (geometric, if log) middle of the range."""
+        return self.grid_values(1)[0]
+
     def describe(self) -> str:
         return f"[{self.low:g}, {self.high:g}]" + (" (log)" if self.log else "")
 
@@ -86,6 +90,9 @@ class IntParam:
 
     def parse(self, text: str) -> int:
         return int(text)
+
+    def center(self) -> int:
+        return self.grid_values(1)[0]
 
     def describe(self) -> str:
         return f"[{self.low}, {self.high}]" + (" (log)" if self.log else "")
@@ -116,6 +123,10 @@ class CategoricalParam:
                 except ValueError:
                     pass
         return text
+
+    def center(self) -> Scalar:
+        """The middle choice (for [32, 64, 128]: 64)."""
+        return self.choices[(len(self.choices) - 1) // 2]
 
     def describe(self) -> str:
         return "{" + ", ".join(str(c) for c in self.choices) + "}"
