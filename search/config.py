@@ -155,8 +155,10 @@ class StudyConfig:
             "task": asdict(self.task),
             "train": {k: v for k, v in asdict(self.train).items() if k not in ("epochs", "seed")},
             "space": {p.name: param_to_dict(p) for p in self.space},
-            "grid": {"points": self.grid.points,
-                     **{k: list(v) for k, v in self.grid.values.items()}},
+            "grid": {
+                "points": self.grid.points,
+                **{k: list(v) for k, v in self.grid.values.items()},
+            },
         }
 
     @classmethod
@@ -216,8 +218,23 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
             "study.sampler: grid needs [space] parameters with at least two grid values in all "
             f"(the grid has {config.grid_size() if space else 0} point(s))"
         )
+    if study.sampler == "grid" and study.n_trials > config.grid_size():
+        raise ConfigError(
+            f"study.n_trials: {study.n_trials} is more than the grid's {config.grid_size()} points "
+            "(sampler = grid would repeat points); lower n_trials or add [grid] points"
+        )
     _check_batch_sizes(space, train)
     return config
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    dict: "a table",
+}
 
 
 class _Section:
@@ -235,17 +252,27 @@ class _Section:
     def key(self, key: str) -> str:
         return f"{self.name}.{key}"
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
-            choices: tuple[str, ...] | None = None) -> Any:
+    def get(
+        self,
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any = ...,
+        *,
+        choices: tuple[str, ...] | None = None,
+    ) -> Any:
         if key not in self.table:
             if default is ...:
                 raise ConfigError(f"{self.key(key)} is missing")
             return default
         value = self.table[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            names = " or ".join("number" if k is float else k.__name__ for k in kinds)
-            raise ConfigError(f"{self.key(key)}: must be a {names}, got {_show(value)}")
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            names = (
+                "a number"
+                if float in kinds
+                else " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+            )
+            raise ConfigError(f"{self.key(key)}: must be {names}, got {_show(value)}")
         if choices is not None and value not in choices:
             raise ConfigError(
                 f"{self.key(key)}: unknown value {_show(value)} (choose from {', '.join(choices)})"
@@ -310,8 +337,9 @@ def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
 
 
 def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig:
-    s.allow("precision", "grad_accum_steps", "grad_checkpointing", "checkpoint_every_s",
-            "optimizer")
+    s.allow(
+        "precision", "grad_accum_steps", "grad_checkpointing", "checkpoint_every_s", "optimizer"
+    )
     every = s.get("checkpoint_every_s", (int, float), 300.0)
     if every <= 0:
         raise ConfigError(f"train.checkpoint_every_s: must be > 0, got {every}")
@@ -342,7 +370,9 @@ def _param(name: str, spec: Any) -> Param:
             raise ConfigError(f"space.{name}.choices: must list at least one value")
         for c in choices:
             if not isinstance(c, (bool, int, float, str)):
-                raise ConfigError(f"space.{name}.choices: {_show(c)} is not a number, string or boolean")
+                raise ConfigError(
+                    f"space.{name}.choices: {_show(c)} is not a number, string or boolean"
+                )
         if len(set(map(repr, choices))) != len(choices):
             raise ConfigError(f"space.{name}.choices: values repeat in {_show(choices)}")
         return CategoricalParam(name=name, choices=tuple(choices))
@@ -367,8 +397,13 @@ def _param(name: str, spec: Any) -> Param:
         raise ConfigError(f"space.{name}.step: must be > 0, got {step}")
     if step is not None and log:
         raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
-    return FloatParam(name=name, low=float(low), high=float(high), log=log,
-                      step=None if step is None else float(step))
+    return FloatParam(
+        name=name,
+        low=float(low),
+        high=float(high),
+        log=log,
+        step=None if step is None else float(step),
+    )
 
 
 def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
@@ -389,7 +424,9 @@ def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
                 isinstance(param, FloatParam) and isinstance(v, int) and param.contains(float(v))
             )
             if not ok:
-                raise ConfigError(f"grid.{key}: {_show(v)} is outside space.{key} {param.describe()}")
+                raise ConfigError(
+                    f"grid.{key}: {_show(v)} is outside space.{key} {param.describe()}"
+                )
         values[key] = tuple(float(v) if isinstance(param, FloatParam) else v for v in raw)
     return GridSettings(points=points, values=values)
 
@@ -399,7 +436,9 @@ def _check_batch_sizes(space: tuple[Param, ...], train: TrainConfig) -> None:
         if p.name != "batch_size":
             continue
         if isinstance(p, FloatParam):
-            raise ConfigError("space.batch_size: must be an int or categorical parameter, not float")
+            raise ConfigError(
+                "space.batch_size: must be an int or categorical parameter, not float"
+            )
         sizes = p.choices if isinstance(p, CategoricalParam) else (p.low,)
         for b in sizes:
             if not isinstance(b, int) or isinstance(b, bool) or b < train.grad_accum_steps:
@@ -433,4 +472,10 @@ def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    return "(none)" if value is None else json.dumps(value) if not isinstance(value, float) else f"{value:g}"
+    return (
+        "(none)"
+        if value is None
+        else json.dumps(value)
+        if not isinstance(value, float)
+        else f"{value:g}"
+    )

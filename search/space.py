@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["CategoricalParam", "FloatParam", "IntParam", "Param", "Scalar", "param_from_dict"]
 
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,8 +84,10 @@ class IntParam:
     def grid_values(self, points: int) -> list[int]:
         """Up to `points` distinct integers spread over [low, high] (log-spaced when log = true)."""
         spread = FloatParam(name=self.name, low=self.low, high=self.high, log=self.log)
-        values = [self.low + round((v - self.low) / self.step) * self.step
-                  for v in spread.grid_values(points)]
+        values = [
+            self.low + round((v - self.low) / self.step) * self.step
+            for v in spread.grid_values(points)
+        ]
         return _unique([min(v, self.high) for v in values])
 
     def parse(self, text: str) -> int:
@@ -114,7 +116,9 @@ class CategoricalParam:
 
     def parse(self, text: str) -> Scalar:
         for choice in self.choices:
-            if str(choice) == text or (isinstance(choice, bool) and text.lower() == str(choice).lower()):
+            if str(choice) == text or (
+                isinstance(choice, bool) and text.lower() == str(choice).lower()
+            ):
                 return choice
             if isinstance(choice, (int, float)) and not isinstance(choice, bool):
                 try:
@@ -132,7 +136,7 @@ class CategoricalParam:
         return "{" + ", ".join(str(c) for c in self.choices) + "}"
 
 
-Param = Union[FloatParam, IntParam, CategoricalParam]
+Param = FloatParam | IntParam | CategoricalParam
 
 
 def param_from_dict(name: str, spec: dict[str, Any]) -> Param:
@@ -149,11 +153,21 @@ def param_from_dict(name: str, spec: dict[str, Any]) -> Param:
 def param_to_dict(param: Param) -> dict[str, Any]:
     """The stored form of a spec: JSON-friendly, with its `type`."""
     if isinstance(param, FloatParam):
-        return {"type": "float", "low": param.low, "high": param.high, "log": param.log,
-                "step": param.step}
+        return {
+            "type": "float",
+            "low": param.low,
+            "high": param.high,
+            "log": param.log,
+            "step": param.step,
+        }
     if isinstance(param, IntParam):
-        return {"type": "int", "low": param.low, "high": param.high, "log": param.log,
-                "step": param.step}
+        return {
+            "type": "int",
+            "low": param.low,
+            "high": param.high,
+            "log": param.log,
+            "step": param.step,
+        }
     return {"type": "categorical", "choices": list(param.choices)}
 
 

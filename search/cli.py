@@ -1,0 +1,336 @@
+"""The `hpsearch` command line.
+
+Exit codes: 0 done; 1 runtime failure; 2 bad input (config, storage URL, unreachable database,
+unknown study); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from search.config import ConfigError, StudyConfig, load_config
+from search.storage import Storage, StorageError, open_storage, resolve_url
+
+__all__ = ["main"]
+
+logger = logging.getLogger("hpsearch")
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="hpsearch",
+        description="Hyperparameter search for PyTorch training on one or many GPU machines.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    storage_help = "study database (default: $HPSEARCH_STORAGE, else sqlite:///hpsearch.db)"
+    artifacts_help = (
+        "directory for checkpoints every worker can reach (default: $HPSEARCH_ARTIFACTS, "
+        "else hpsearch.artifacts/ beside a SQLite database)"
+    )
+
+    run = sub.add_parser("run", help="create the study and run local workers until it is done")
+    run.add_argument("config", help="study config (TOML)")
+    run.add_argument(
+        "--workers", type=_positive_int, help="local workers (default: one per GPU, else 1)"
+    )
+    run.add_argument("--storage", help=storage_help)
+    run.add_argument("--artifacts", help=artifacts_help)
+    run.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+
+    create = sub.add_parser("create", help="create the study (idempotent)")
+    create.add_argument("config", help="study config (TOML)")
+    create.add_argument("--storage", help=storage_help)
+
+    worker = sub.add_parser("worker", help="join a study and pull trials until it is done")
+    worker.add_argument("--study", required=True, help="study name")
+    worker.add_argument("--storage", help=storage_help)
+    worker.add_argument("--artifacts", help=artifacts_help)
+    worker.add_argument("--device", help="cuda:N or cpu (default: cuda if available, else cpu)")
+    worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
+    worker.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+
+    status = sub.add_parser("status", help="trials by state, the best trial, running trials")
+    status.add_argument("--study", required=True, help="study name")
+    status.add_argument("--storage", help=storage_help)
+    status.add_argument("--json", action="store_true", help="one JSON object")
+
+    migrate = sub.add_parser("migrate", help="bring Optuna's and hpsearch's tables up to date")
+    migrate.add_argument("--storage", help=storage_help)
+    return parser
+
+
+_GRACE_HELP = (
+    "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
+    "elsewhere (default: $HPSEARCH_GRACE_S, else 60)"
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return _COMMANDS[args.command](args)
+    except (ConfigError, StorageError) as exc:
+        print(f"hpsearch: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("hpsearch: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _check_task(config)
+    storage = open_storage(resolve_url(args.storage), create=True)
+    from search.study import create_study
+
+    study, created = create_study(storage, config)
+    verb = "created" if created else "already exists, same config:"
+    print(f"study {study.name!r} {verb} in {storage.safe_url}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    _check_task(config)
+    url = resolve_url(args.storage)
+    storage = open_storage(url, create=True)
+    from search.study import create_study
+
+    study, _ = create_study(storage, config)
+    artifacts = _artifacts_dir(args.artifacts, storage)
+    devices = _local_devices(args.workers)
+    grace_s = _grace(args.grace_s)
+    if len(devices) == 1:
+        code = _run_worker(storage, study.name, devices[0], artifacts, grace_s)
+    else:
+        code = _run_worker_processes(url, study.name, devices, artifacts, grace_s)
+    _print_summary(storage, study.name)
+    return code
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    url = resolve_url(args.storage)
+    storage = open_storage(url)
+    from search.study import open_study
+
+    study = open_study(storage, args.study)
+    artifacts = _artifacts_dir(args.artifacts, storage)
+    grace_s = _grace(args.grace_s)
+    if args.gpus == "all":
+        devices = _local_devices(None, gpus_only=True)
+        if len(devices) > 1:
+            return _run_worker_processes(url, study.name, devices, artifacts, grace_s)
+        device = devices[0]
+    else:
+        device = args.device or _default_device()
+    return _run_worker(storage, study.name, device, artifacts, grace_s)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from search.status import format_status, study_status
+    from search.study import open_study
+
+    storage = open_storage(resolve_url(args.storage))
+    study = open_study(storage, args.study)
+    status = study_status(storage, study)
+    print(json.dumps(status) if args.json else format_status(status))
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from search.migrate import upgrade
+
+    storage = open_storage(resolve_url(args.storage), create=True)
+    revision = upgrade(storage)
+    print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
+    return EXIT_OK
+
+
+_COMMANDS = {
+    "run": cmd_run,
+    "create": cmd_create,
+    "worker": cmd_worker,
+    "status": cmd_status,
+    "migrate": cmd_migrate,
+}
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _run_worker(
+    storage: Storage, study_name: str, device: str, artifacts: str | None, grace_s: float
+) -> int:
+    from search.migrate import check_schema
+    from search.study import open_study
+    from search.worker import Worker
+
+    check_schema(storage)
+    study = open_study(storage, study_name)
+    worker = Worker(storage, study, device=device, grace_s=grace_s, checkpoint_root=artifacts)
+    return worker.run()
+
+
+def _run_worker_processes(
+    url: str, study_name: str, devices: list[str], artifacts: str | None, grace_s: float
+) -> int:
+    """One child process per device; the storage URL travels in the environment, never argv
+    (where `ps` would show its password)."""
+    children: list[subprocess.Popen[bytes]] = []
+    for device in devices:
+        env = dict(os.environ, HPSEARCH_STORAGE=url)
+        if device.startswith("cuda:"):
+            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
+            device = "cuda:0"
+        cmd = [
+            sys.executable,
+            "-m",
+            "search",
+            "worker",
+            "--study",
+            study_name,
+            "--device",
+            device,
+            "--grace-s",
+            str(grace_s),
+        ]
+        if artifacts:
+            cmd += ["--artifacts", artifacts]
+        children.append(subprocess.Popen(cmd, env=env))
+    logger.info("started %d workers on %s", len(children), ", ".join(devices))
+
+    def forward(signum: int, _frame: Any) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    interrupted = False
+    try:
+        while any(child.poll() is None for child in children):
+            try:
+                time.sleep(0.2)
+            except KeyboardInterrupt:
+                # The terminal sent Ctrl-C to the children too; they checkpoint and hand back.
+                interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    codes = [child.returncode for child in children]
+    if interrupted or EXIT_INTERRUPTED in codes:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if all(c == 0 for c in codes) else EXIT_FAILURE
+
+
+def _print_summary(storage: Storage, study_name: str) -> None:
+    from search.status import format_best, study_status
+    from search.study import open_study
+
+    status = study_status(storage, open_study(storage, study_name))
+    print(format_best(status))
+
+
+def _check_task(config: StudyConfig) -> None:
+    """A task that cannot be imported is bad input: say so before anything is written."""
+    from trainer import TaskImportError, resolve_task
+
+    try:
+        resolve_task(config.task.name)
+    except TaskImportError as exc:
+        raise ConfigError(f"task.name: {exc}") from None
+
+
+def _artifacts_dir(cli_value: str | None, storage: Storage) -> str | None:
+    value = cli_value or os.environ.get("HPSEARCH_ARTIFACTS")
+    if value:
+        return value
+    db = storage.sqlite_path()
+    return None if db is None else str(db.with_suffix(".artifacts"))
+
+
+def _grace(cli_value: float | None) -> float:
+    from search.worker import DEFAULT_GRACE_S
+
+    if cli_value is not None:
+        return cli_value
+    env = os.environ.get("HPSEARCH_GRACE_S")
+    if env:
+        try:
+            value = float(env)
+        except ValueError:
+            raise ConfigError(f"HPSEARCH_GRACE_S: not a number: {env!r}") from None
+        if value > 0:
+            return value
+        raise ConfigError(f"HPSEARCH_GRACE_S: must be > 0, got {env}")
+    return DEFAULT_GRACE_S
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _default_device() -> str:
+    return "cuda:0" if _gpu_count() else "cpu"
+
+
+def _local_devices(workers: int | None, *, gpus_only: bool = False) -> list[str]:
+    """Devices for local workers: GPUs round-robin, else CPU."""
+    gpus = _gpu_count()
+    if gpus_only and gpus == 0:
+        raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
+    n = workers or max(1, gpus)
+    return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    for noisy in ("alembic", "sqlalchemy", "accelerate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import warnings
+
+    warnings.filterwarnings("ignore", module="optuna")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,490 @@
+"""Handing out trials: a queue of WAITING trials in Optuna's own table, claimed with one statement.
+
+Design (measured in bench/BENCHMARKS.md):
+
+- **Sampling ahead.** Trials are created by one process at a time: whichever worker holds the
+  study's sampling lock (a PostgreSQL advisory lock, tied to its connection, so a dead sampler
+  frees it at once; a lock file on SQLite) samples a few trials ahead and leaves them WAITING with
+  their params. The lock holder counts the study's trials before creating one, so a study never
+  has more than `n_trials` trials, however many workers run: nothing to overshoot.
+- **Claiming.** A worker takes the lowest-numbered WAITING trial with one
+  ``UPDATE ... SKIP LOCKED`` round trip that also writes its lease. Handed-back and orphaned
+  trials are WAITING again and keep their number, so they are resumed first.
+- **Leases and fencing.** A lease names the worker and a generation that grows with each claim.
+  Every write for a trial (report, finish, hand back) checks the lease in the same transaction,
+  so a worker that lost its trial (declared dead, then came back) can never overwrite the work of
+  the worker that took the trial over.
+- **Liveness.** Workers heartbeat into `hpsearch.workers`. A trial whose worker has been silent
+  for longer than the grace period that worker declared is handed back (WAITING) by any other
+  worker; its params, intermediate values and checkpoint stay, so it resumes where it was. After
+  a PostgreSQL restart every worker gets a fresh grace period (the clock restarts at the
+  server's start), so an outage never makes live workers look dead.
+
+Everything is written in Optuna's schema (trials, trial_params, trial_intermediate_values,
+trial_values, trial user/system attributes), so `optuna.load_study` and optuna-dashboard read
+hpsearch studies unchanged. Optuna's own RDBStorage is used for the rare, heavy operations
+(sampling, pruning); the per-trial hot path is a handful of plain statements.
+
+Caveat (as Optuna's GridSampler notes for itself): trials created outside hpsearch (e.g. with
+plain ``study.enqueue_trial``) are run by hpsearch workers, but count towards `n_trials`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from search.storage import Storage
+
+__all__ = [
+    "FINISHED_STATES",
+    "Claim",
+    "Counts",
+    "LeaseLost",
+    "Queue",
+    "now_sql",
+]
+
+logger = logging.getLogger("search.dispatch")
+
+FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
+_LOCK_CLASS = 0x6870  # "hp": advisory lock namespace, with the study id as the second key
+
+
+class LeaseLost(Exception):
+    """This worker no longer holds the trial: another worker took it over."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A trial this worker holds."""
+
+    trial_id: int
+    number: int
+    generation: int
+    """Fencing token: writes for the trial succeed only while the lease has this generation."""
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Trials of a study by state."""
+
+    by_state: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(self.by_state.get(s, 0) for s in FINISHED_STATES)
+
+    @property
+    def waiting(self) -> int:
+        return self.by_state.get("WAITING", 0)
+
+    @property
+    def running(self) -> int:
+        return self.by_state.get("RUNNING", 0)
+
+
+def now_sql(conn: Connection) -> str:
+    """SQL for the database clock in float seconds since the epoch."""
+    if conn.dialect.name == "postgresql":
+        return "extract(epoch from clock_timestamp())"
+    return "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def utcnow_naive() -> datetime.datetime:
+    """Optuna stores trial datetimes as naive UTC."""
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
+class Queue:
+    """One worker's view of one study's trial queue, leases and liveness tables."""
+
+    def __init__(self, storage: Storage, study_id: int, worker_id: str) -> None:
+        self.storage = storage
+        self.study_id = study_id
+        self.worker_id = worker_id
+        self._pg = storage.is_postgres
+        self._t = "hpsearch." if self._pg else ""  # our tables' schema prefix
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def register(self, *, hostname: str, pid: int, device: str, grace_s: float) -> None:
+        with self.storage.transaction() as conn:
+            now = now_sql(conn)
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {self._t}workers (worker_id, study_id, hostname, pid, device, "
+                    "started_at, heartbeat_at, grace_s) "
+                    f"VALUES (:w, :s, :h, :p, :d, {now}, {now}, :g)"
+                ),
+                {
+                    "w": self.worker_id,
+                    "s": self.study_id,
+                    "h": hostname[:255],
+                    "p": pid,
+                    "d": device[:255],
+                    "g": grace_s,
+                },
+            )
+
+    def heartbeat(self, claim: Claim | None) -> bool:
+        """Record that this worker is alive; False if it no longer holds `claim`."""
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(
+                    f"UPDATE {self._t}workers SET heartbeat_at = {now_sql(conn)} "
+                    "WHERE worker_id = :w"
+                ),
+                {"w": self.worker_id},
+            )
+            return claim is None or self._holds(conn, claim)
+
+    def unregister(self, reason: str) -> None:
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(
+                    f"UPDATE {self._t}workers SET stopped_at = {now_sql(conn)}, stop_reason = :r "
+                    "WHERE worker_id = :w"
+                ),
+                {"w": self.worker_id, "r": reason[:255]},
+            )
+
+    def reap(self) -> list[tuple[int, str]]:
+        """Hand back the trials of workers silent for longer than their grace period.
+
+        Returns (trial number, dead worker id) of each trial handed back.
+        """
+        with self.storage.transaction() as conn:
+            now = now_sql(conn)
+            # A restarted server has seen no heartbeats since it came up: count silence from
+            # its start, so live workers get a whole grace period to reconnect.
+            since = (
+                "greatest(w.heartbeat_at, extract(epoch from pg_postmaster_start_time()))"
+                if self._pg
+                else "w.heartbeat_at"
+            )
+            lock = "FOR UPDATE OF t SKIP LOCKED" if self._pg else ""
+            rows = conn.execute(
+                sa.text(
+                    f"SELECT t.trial_id, t.number, l.worker_id FROM trials t "
+                    f"JOIN {self._t}trial_leases l ON l.trial_id = t.trial_id "
+                    f"JOIN {self._t}workers w ON w.worker_id = l.worker_id "
+                    f"WHERE t.study_id = :s AND t.state = 'RUNNING' "
+                    f"AND {now} - {since} > w.grace_s {lock}"
+                ),
+                {"s": self.study_id},
+            ).all()
+            for trial_id, _number, _worker in rows:
+                self._release(conn, trial_id)
+            return [(number, worker) for _, number, worker in rows]
+
+    # -- the queue --------------------------------------------------------------------------
+
+    def counts(self) -> Counts:
+        with self.storage.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT state, count(*) FROM trials WHERE study_id = :s GROUP BY state"),
+                {"s": self.study_id},
+            ).all()
+        return Counts({str(state): n for state, n in rows})
+
+    def live_workers(self) -> int:
+        """Workers of this study that heartbeat within their grace period."""
+        with self.storage.engine.connect() as conn:
+            return conn.execute(
+                sa.text(
+                    f"SELECT count(*) FROM {self._t}workers WHERE study_id = :s "
+                    f"AND stopped_at IS NULL AND {now_sql(conn)} - heartbeat_at <= grace_s"
+                ),
+                {"s": self.study_id},
+            ).scalar_one()
+
+    def claim(self) -> Claim | None:
+        """Take the lowest-numbered WAITING trial, or None if there is none."""
+        with self.storage.transaction() as conn:
+            now = now_sql(conn)
+            if self._pg:
+                row = conn.execute(
+                    sa.text(
+                        "WITH picked AS (SELECT trial_id FROM trials WHERE study_id = :s "
+                        "AND state = 'WAITING' ORDER BY number LIMIT 1 FOR UPDATE SKIP LOCKED), "
+                        "started AS (UPDATE trials t SET state = 'RUNNING', "
+                        "datetime_start = coalesce(t.datetime_start, :start) FROM picked "
+                        "WHERE t.trial_id = picked.trial_id RETURNING t.trial_id, t.number), "
+                        f"leased AS (INSERT INTO {self._t}trial_leases "
+                        "(trial_id, study_id, worker_id, generation, claimed_at) "
+                        f"SELECT trial_id, :s, :w, 1, {now} FROM started "
+                        "ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id, "
+                        f"generation = {self._t}trial_leases.generation + 1, "
+                        "claimed_at = excluded.claimed_at RETURNING trial_id, generation) "
+                        "SELECT leased.trial_id, started.number, leased.generation "
+                        "FROM leased JOIN started ON started.trial_id = leased.trial_id"
+                    ),
+                    {"s": self.study_id, "w": self.worker_id, "start": utcnow_naive()},
+                ).first()
+            else:  # SQLite: BEGIN IMMEDIATE already serializes writers
+                picked = conn.execute(
+                    sa.text(
+                        "SELECT trial_id, number FROM trials WHERE study_id = :s "
+                        "AND state = 'WAITING' ORDER BY number LIMIT 1"
+                    ),
+                    {"s": self.study_id},
+                ).first()
+                if picked is None:
+                    return None
+                conn.execute(
+                    sa.text(
+                        "UPDATE trials SET state = 'RUNNING', "
+                        "datetime_start = coalesce(datetime_start, :start) WHERE trial_id = :t"
+                    ),
+                    {"t": picked.trial_id, "start": utcnow_naive()},
+                )
+                row = conn.execute(
+                    sa.text(
+                        "INSERT INTO trial_leases (trial_id, study_id, worker_id, generation, "
+                        f"claimed_at) VALUES (:t, :s, :w, 1, {now}) ON CONFLICT (trial_id) DO "
+                        "UPDATE SET worker_id = excluded.worker_id, "
+                        "generation = trial_leases.generation + 1, "
+                        "claimed_at = excluded.claimed_at "
+                        "RETURNING trial_id, :n AS number, generation"
+                    ),
+                    {
+                        "t": picked.trial_id,
+                        "s": self.study_id,
+                        "w": self.worker_id,
+                        "n": picked.number,
+                    },
+                ).first()
+        return None if row is None else Claim(row[0], row[1], row[2])
+
+    def held_claims(self) -> list[Claim]:
+        """Leases this worker holds (after an ambiguous commit, a claim may have succeeded)."""
+        with self.storage.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    f"SELECT l.trial_id, t.number, l.generation FROM {self._t}trial_leases l "
+                    "JOIN trials t ON t.trial_id = l.trial_id "
+                    "WHERE l.worker_id = :w AND t.state = 'RUNNING'"
+                ),
+                {"w": self.worker_id},
+            ).all()
+        return [Claim(*row) for row in rows]
+
+    @contextlib.contextmanager
+    def sampling_lock(self) -> Iterator[bool]:
+        """Try to become the study's one sampler; yields whether this process got the lock."""
+        if self._pg:
+            with self.storage.engine.connect() as conn:
+                got = conn.execute(
+                    sa.text("SELECT pg_try_advisory_lock(:c, :s)"),
+                    {"c": _LOCK_CLASS, "s": self.study_id},
+                ).scalar_one()
+                conn.commit()
+                try:
+                    yield bool(got)
+                finally:
+                    if got:
+                        conn.execute(
+                            sa.text("SELECT pg_advisory_unlock(:c, :s)"),
+                            {"c": _LOCK_CLASS, "s": self.study_id},
+                        )
+                        conn.commit()
+            return
+        path = f"{self.storage.sqlite_path()}.sampler-{self.study_id}.lock"
+        with open(path, "a+b") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def create_trial(self) -> tuple[int, int]:
+        """Insert a trial being sampled by this worker: RUNNING under our lease, so that no one
+        claims it half-sampled and, should we die now, the reaper hands it back.
+
+        Call only while holding the sampling lock (trial numbers are counted, as Optuna does).
+        """
+        with self.storage.transaction() as conn:
+            row = conn.execute(
+                sa.text(
+                    "INSERT INTO trials (number, study_id, state, datetime_start) "
+                    "VALUES ((SELECT count(*) FROM trials WHERE study_id = :s), :s, 'RUNNING', "
+                    ":start) RETURNING trial_id, number"
+                ),
+                {"s": self.study_id, "start": utcnow_naive()},
+            ).one()
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {self._t}trial_leases (trial_id, study_id, worker_id, "
+                    f"generation, claimed_at) VALUES (:t, :s, :w, 0, {now_sql(conn)})"
+                ),
+                {"t": row.trial_id, "s": self.study_id, "w": self.worker_id},
+            )
+        return row.trial_id, row.number
+
+    def enqueue_sampled(self, trial_id: int) -> None:
+        """Make a freshly sampled trial claimable."""
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(
+                    "UPDATE trials SET state = 'WAITING', datetime_start = NULL "
+                    "WHERE trial_id = :t AND state = 'RUNNING'"
+                ),
+                {"t": trial_id},
+            )
+            conn.execute(
+                sa.text(f"UPDATE {self._t}trial_leases SET worker_id = NULL WHERE trial_id = :t"),
+                {"t": trial_id},
+            )
+
+    # -- writes for a held trial (all fenced by the lease) ----------------------------------
+
+    def report(self, claim: Claim, values: dict[int, float]) -> None:
+        """Write intermediate values (epoch -> score) into Optuna's table; idempotent per epoch."""
+        with self.storage.transaction() as conn:
+            self._fence(conn, claim, epoch=max(values))
+            for step, value in sorted(values.items()):
+                kind = _enum(conn, _value_type(value), "trialintermediatevaluetype")
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO trial_intermediate_values (trial_id, step, "
+                        "intermediate_value, intermediate_value_type) "
+                        f"VALUES (:t, :step, :v, {kind}) "
+                        "ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = "
+                        "excluded.intermediate_value, intermediate_value_type = "
+                        "excluded.intermediate_value_type"
+                    ),
+                    {
+                        "t": claim.trial_id,
+                        "step": step,
+                        "v": value if math.isfinite(value) else None,
+                    },
+                )
+
+    def finish(
+        self,
+        claim: Claim,
+        state: str,
+        value: float | None,
+        user_attrs: dict[str, Any],
+        system_attrs: dict[str, Any] | None = None,
+    ) -> None:
+        """Record the trial's end (COMPLETE, PRUNED or FAIL) with its value and attributes."""
+        with self.storage.transaction() as conn:
+            self._fence(conn, claim)
+            self._set_attrs(conn, claim.trial_id, "trial_user_attributes", user_attrs)
+            self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
+            if value is not None and state in ("COMPLETE", "PRUNED"):
+                kind = _value_type(value)
+                if kind == "NAN":
+                    raise ValueError("a finished trial's value cannot be NaN")
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES "
+                        f"(:t, 0, :v, {_enum(conn, kind, 'trialvaluetype')}) ON CONFLICT "
+                        "(trial_id, objective) DO UPDATE SET value = excluded.value, "
+                        "value_type = excluded.value_type"
+                    ),
+                    {"t": claim.trial_id, "v": value if kind == "FINITE" else None},
+                )
+            conn.execute(
+                sa.text(
+                    f"UPDATE trials SET state = {_enum(conn, state, 'trialstate')}, "
+                    "datetime_complete = :done WHERE trial_id = :t"
+                ),
+                {"t": claim.trial_id, "done": utcnow_naive()},
+            )
+            conn.execute(
+                sa.text(f"UPDATE {self._t}trial_leases SET worker_id = NULL WHERE trial_id = :t"),
+                {"t": claim.trial_id},
+            )
+
+    def hand_back(self, claim: Claim, system_attrs: dict[str, Any] | None = None) -> None:
+        """Return a trial to the queue (preempted or interrupted): another worker resumes it."""
+        with self.storage.transaction() as conn:
+            self._fence(conn, claim)
+            self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
+            self._release(conn, claim.trial_id)
+
+    def set_system_attrs(self, claim: Claim, attrs: dict[str, Any]) -> None:
+        with self.storage.transaction() as conn:
+            self._fence(conn, claim)
+            self._set_attrs(conn, claim.trial_id, "trial_system_attributes", attrs)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _holds(self, conn: Connection, claim: Claim) -> bool:
+        row = conn.execute(
+            sa.text(f"SELECT worker_id, generation FROM {self._t}trial_leases WHERE trial_id = :t"),
+            {"t": claim.trial_id},
+        ).first()
+        return row is not None and row[0] == self.worker_id and row[1] == claim.generation
+
+    def _fence(self, conn: Connection, claim: Claim, epoch: int | None = None) -> None:
+        """Lock our lease row for this transaction, or raise LeaseLost."""
+        sets = "epoch = :e" if epoch is not None else "generation = generation"
+        updated = conn.execute(
+            sa.text(
+                f"UPDATE {self._t}trial_leases SET {sets} WHERE trial_id = :t "
+                "AND worker_id = :w AND generation = :g"
+            ),
+            {"t": claim.trial_id, "w": self.worker_id, "g": claim.generation, "e": epoch},
+        ).rowcount
+        if updated != 1:
+            raise LeaseLost(f"trial {claim.number} was taken over by another worker")
+
+    def _release(self, conn: Connection, trial_id: int) -> None:
+        conn.execute(
+            sa.text(
+                "UPDATE trials SET state = 'WAITING' WHERE trial_id = :t AND state = 'RUNNING'"
+            ),
+            {"t": trial_id},
+        )
+        conn.execute(
+            sa.text(f"UPDATE {self._t}trial_leases SET worker_id = NULL WHERE trial_id = :t"),
+            {"t": trial_id},
+        )
+
+    def _set_attrs(
+        self, conn: Connection, trial_id: int, table: str, attrs: dict[str, Any]
+    ) -> None:
+        for key, value in attrs.items():
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {table} (trial_id, key, value_json) VALUES (:t, :k, :v) "
+                    "ON CONFLICT (trial_id, key) DO UPDATE SET value_json = excluded.value_json"
+                ),
+                {"t": trial_id, "k": key, "v": json.dumps(value)},
+            )
+
+
+def _value_type(value: float) -> str:
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INF_POS" if value > 0 else "INF_NEG"
+    return "FINITE"
+
+
+def _enum(conn: Connection, name: str, pg_type: str) -> str:
+    """An Optuna enum literal (a fixed name, never user input), cast for PostgreSQL."""
+    assert name.isidentifier() and name.isupper(), name
+    return f"CAST('{name}' AS {pg_type})" if conn.dialect.name == "postgresql" else f"'{name}'"

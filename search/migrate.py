@@ -1,0 +1,91 @@
+"""Bring a study database up to date: Optuna's schema, then hpsearch's own tables.
+
+`hpsearch migrate` runs this explicitly (the docker-compose `migrate` service); `create` and
+`run` run it too, so the embedded SQLite default needs no extra step. Workers only check that
+the schema is current and refuse to start otherwise: two versions of the code must never write
+one database with different ideas of its tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from search.storage import SCHEMA, Storage, StorageError, ensure_optuna_schema
+
+__all__ = ["VERSION_TABLE", "check_schema", "head_revision", "schema_for", "upgrade"]
+
+VERSION_TABLE = "hpsearch_alembic_version"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def schema_for(conn: Connection) -> str | None:
+    """Our tables' schema on this connection's database (None: SQLite's single namespace)."""
+    return SCHEMA if conn.dialect.name == "postgresql" else None
+
+
+def upgrade(storage: Storage) -> str:
+    """Create or upgrade every table; returns hpsearch's schema revision."""
+    from alembic import command
+
+    ensure_optuna_schema(storage)
+    with storage.engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Concurrent `create` calls (one per machine) must not race on DDL.
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('hpsearch.migrate'))"))
+            conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        config = _alembic_config()
+        config.attributes["connection"] = conn
+        command.upgrade(config, "head")
+    return head_revision()
+
+
+def current_revision(storage: Storage) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with storage.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema_for(conn)}
+        )
+        return context.get_current_revision()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None, "migrations/ has no revisions"
+    return head
+
+
+def check_schema(storage: Storage) -> None:
+    """Raise StorageError unless hpsearch's tables are at the head revision."""
+    current, head = current_revision(storage), head_revision()
+    if current != head:
+        found = f"revision {current}" if current else "no hpsearch tables"
+        raise StorageError(
+            f"the database at {storage.safe_url} has {found}, this hpsearch needs {head}: "
+            "run `hpsearch migrate` (or `hpsearch create`) first"
+        )
+
+
+def _alembic_config():  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(_migrations_dir()))
+    return config
+
+
+def _migrations_dir() -> Path:
+    if (MIGRATIONS_DIR / "env.py").exists():
+        return MIGRATIONS_DIR
+    # Installed from a wheel: the migrations ship as the package `hpsearch_migrations`.
+    import importlib.util
+
+    spec = importlib.util.find_spec("hpsearch_migrations")
+    if spec is None or spec.origin is None:
+        raise StorageError("hpsearch's migrations are missing from this installation")
+    return Path(spec.origin).parent

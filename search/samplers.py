@@ -1,0 +1,91 @@
+"""Samplers: the study config's `sampler` name made into an Optuna sampler.
+
+Trials are sampled one at a time by whichever worker holds the study's sampling lock
+(see `search.dispatch`), so the process that samples changes over a study's life. A sampler
+seeded once per process would make two processes draw the same sequence from one seed; instead
+each trial's sampler is seeded from (study seed, trial number). Random search is therefore
+reproducible trial by trial, and no two trials share a random stream.
+
+Example::
+
+    >>> from search.space import FloatParam
+    >>> distribution(FloatParam(name="lr", low=1e-4, high=1e-1, log=True))
+    FloatDistribution(high=0.1, log=True, low=0.0001, step=None)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from search.space import CategoricalParam, FloatParam, Param
+
+if TYPE_CHECKING:
+    from search.config import StudyConfig
+
+__all__ = ["LEARNS_FROM_RESULTS", "derived_seed", "distribution", "make_sampler", "suggest"]
+
+LEARNS_FROM_RESULTS = frozenset({"tpe", "cmaes", "gp"})
+"""Samplers whose next point depends on finished trials: the queue ahead of them is kept short."""
+
+
+def derived_seed(seed: int, number: int, purpose: str = "sampler") -> int:
+    """A 32-bit seed for trial `number` of a study seeded with `seed`, independent per purpose."""
+    digest = hashlib.blake2b(f"{purpose}:{seed}:{number}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little")
+
+
+def distribution(param: Param) -> BaseDistribution:
+    """The Optuna distribution of a parameter spec."""
+    if isinstance(param, FloatParam):
+        return FloatDistribution(param.low, param.high, log=param.log, step=param.step)
+    if isinstance(param, CategoricalParam):
+        return CategoricalDistribution(param.choices)
+    return IntDistribution(param.low, param.high, log=param.log, step=param.step)
+
+
+def suggest(trial: optuna.Trial, param: Param) -> Any:
+    """Sample one parameter into an Optuna trial (fixed params of enqueued trials win)."""
+    dist = distribution(param)
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(param.name, dist.low, dist.high, log=dist.log, step=dist.step)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(param.name, dist.low, dist.high, log=dist.log, step=dist.step)
+    return trial.suggest_categorical(param.name, dist.choices)
+
+
+def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that picks trial `trial_number`'s parameters."""
+    name = config.study.sampler
+    seed = derived_seed(config.study.seed, trial_number)
+    with warnings.catch_warnings():
+        # Multivariate TPE and QMC are marked experimental; their warnings are noise per trial.
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if name == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if name == "tpe":
+            # Constant liar: running trials count as bad results, so parallel workers spread
+            # out instead of piling onto the current best point.
+            return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed)
+        if name == "grid":
+            return optuna.samplers.GridSampler(config.grid_values(), seed=seed)
+        if name == "qmc":
+            # Unlike the others, QMC needs the same seed in every process: it walks one
+            # scrambled sequence, indexed by a counter kept in the study.
+            return optuna.samplers.QMCSampler(
+                scramble=True, seed=config.study.seed, warn_asynchronous_seeding=False
+            )
+        if name == "cmaes":
+            return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+        if name == "gp":
+            return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+    raise ValueError(f"unknown sampler {name!r}")  # the config was validated: unreachable

@@ -1,0 +1,263 @@
+"""Where studies live: URL rules, password masking, and the database engines.
+
+`--storage URL`, else ``$HPSEARCH_STORAGE``, else ``sqlite:///hpsearch.db`` (one machine).
+Several machines share one PostgreSQL: ``postgresql+psycopg://user:pass@host:5432/db``
+(``postgresql://`` and ``postgres://`` mean the same).
+
+Each process keeps one small connection pool of its own for hpsearch's hot path (claims,
+reports, heartbeats) and, lazily, Optuna's ``RDBStorage`` for sampling and pruning. Pools
+pre-ping and recycle connections so a worker survives idle timeouts and database restarts.
+
+Example::
+
+    >>> mask_url("postgresql+psycopg://ml:s3cret@db:5432/hp")
+    'postgresql+psycopg://ml:***@db:5432/hp'
+    >>> normalize_url("postgres://ml@db/hp")
+    'postgresql+psycopg://ml@db/hp'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "Storage",
+    "StorageError",
+    "is_transient",
+    "mask_url",
+    "normalize_url",
+    "open_storage",
+    "resolve_url",
+]
+
+DEFAULT_STORAGE = "sqlite:///hpsearch.db"
+SCHEMA = "hpsearch"
+"""PostgreSQL schema of hpsearch's own tables (SQLite has none: the tables sit beside Optuna's)."""
+
+
+class StorageError(Exception):
+    """A bad storage URL or an unreachable database (exit code 2); the message is one line."""
+
+
+def resolve_url(cli_value: str | None) -> str:
+    """`--storage`, else $HPSEARCH_STORAGE, else the embedded SQLite default."""
+    return normalize_url(cli_value or os.environ.get("HPSEARCH_STORAGE") or DEFAULT_STORAGE)
+
+
+def normalize_url(url: str) -> str:
+    """Validate a storage URL and spell PostgreSQL URLs with the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StorageError(
+            f"bad storage URL {mask_url(url)!r}: expected sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend in ("postgresql", "postgres"):
+        if parsed.drivername not in ("postgresql", "postgres", "postgresql+psycopg"):
+            raise StorageError(
+                f"bad storage URL {mask_url(url)!r}: use the psycopg 3 driver "
+                "(postgresql+psycopg://...), not {parsed.drivername}"
+            )
+        if not parsed.database:
+            raise StorageError(f"bad storage URL {mask_url(url)!r}: no database name")
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if backend == "sqlite":
+        if parsed.drivername != "sqlite":
+            raise StorageError(f"bad storage URL {mask_url(url)!r}: use sqlite:///PATH")
+        if not parsed.database or parsed.database == ":memory:":
+            raise StorageError(
+                f"bad storage URL {mask_url(url)!r}: SQLite needs a file (sqlite:///PATH), "
+                "workers cannot share an in-memory database"
+            )
+        return url
+    raise StorageError(
+        f"bad storage URL {mask_url(url)!r}: unsupported database {backend!r} "
+        "(use sqlite:///PATH or postgresql+psycopg://...)"
+    )
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by ***, safe to print, log or store."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        # Not parseable: still never echo anything that looks like user:password@.
+        head, sep, tail = url.rpartition("@")
+        if not sep:
+            return url
+        scheme, _, cred = head.partition("://")
+        user = cred.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{tail}" if ":" in cred else url
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A database error worth retrying (connection lost, server restarting, lock timeout)."""
+    if isinstance(exc, OperationalError):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, (ConnectionError, TimeoutError))
+
+
+@dataclass
+class Storage:
+    """One process's handle on a study database."""
+
+    url: str
+    """Normalized URL (holds the password: never print it; use `safe_url`)."""
+    engine: Engine
+    """hpsearch's own pool, for the hot path."""
+    _optuna: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def safe_url(self) -> str:
+        return mask_url(self.url)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    def sqlite_path(self) -> Path | None:
+        """The database file of a SQLite storage."""
+        if self.is_postgres:
+            return None
+        return Path(make_url(self.url).database or "hpsearch.db")
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """One transaction: commit on success, roll back on error, always return the connection.
+
+        On SQLite the transaction starts with BEGIN IMMEDIATE, so that the read-then-write
+        claims cannot interleave between processes.
+        """
+        with self.engine.begin() as conn:
+            yield conn
+
+    def optuna_storage(self) -> optuna.storages.BaseStorage:
+        """Optuna's storage on the same database (cached per process, created on first use)."""
+        with self._lock:
+            if self._optuna is None:
+                import optuna
+
+                rdb = optuna.storages.RDBStorage(
+                    self.url,
+                    engine_kwargs=_engine_kwargs(self.url),
+                    skip_compatibility_check=True,
+                    skip_table_creation=True,
+                )
+                self._optuna = optuna.storages._CachedStorage(rdb)
+            return self._optuna
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self._optuna is not None:
+            self._optuna._backend.engine.dispose()
+
+
+def open_storage(url: str, *, create: bool = False, check: bool = True) -> Storage:
+    """Open a storage URL; with `check`, connect once so that a bad host fails here, clearly.
+
+    A SQLite file is made only with `create` (by `create`, `run`, `migrate`): `status` or
+    `worker` on a mistyped path must say so, not leave an empty database behind.
+    """
+    url = normalize_url(url)
+    sqlite_file = make_url(url).database if make_url(url).get_backend_name() == "sqlite" else None
+    if sqlite_file and not create and not Path(sqlite_file).exists():
+        raise StorageError(
+            f"no study database at {sqlite_file} (create a study first: hpsearch create CONFIG)"
+        )
+    engine = sa.create_engine(url, **_engine_kwargs(url))
+    if engine.dialect.name == "postgresql":
+        engine = engine.execution_options()
+    else:
+        engine = engine.execution_options(schema_translate_map={SCHEMA: None})
+        _setup_sqlite(engine)
+    storage = Storage(url=url, engine=engine)
+    if check:
+        try:
+            with engine.connect() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except DBAPIError as exc:
+            engine.dispose()
+            raise StorageError(
+                f"cannot reach the database at {mask_url(url)}: {_first_line(exc.orig)}"
+            ) from None
+    return storage
+
+
+def ensure_optuna_schema(storage: Storage) -> None:
+    """Create or upgrade Optuna's tables (RDBStorage does this when tables are missing)."""
+    import optuna
+
+    rdb = optuna.storages.RDBStorage(storage.url, engine_kwargs=_engine_kwargs(storage.url))
+    try:
+        if rdb.get_current_version() != rdb.get_head_version():
+            rdb.upgrade()
+    finally:
+        rdb.engine.dispose()
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if make_url(url).get_backend_name() == "postgresql":
+        return {
+            # Stale connections (idle timeouts, a restarted server) are replaced, not used.
+            "pool_pre_ping": True,
+            "pool_recycle": 300,
+            # A worker needs a handful: the loop, the heartbeat thread, a sampler.
+            "pool_size": 2,
+            "max_overflow": 4,
+            "pool_timeout": 30,
+            "connect_args": {
+                "connect_timeout": 5,
+                "application_name": "hpsearch",
+                # Notice a dead server or a cut network within about a minute, not hours.
+                "keepalives": 1,
+                "keepalives_idle": 30,
+                "keepalives_interval": 10,
+                "keepalives_count": 3,
+            },
+        }
+    return {"connect_args": {"timeout": 30}}
+
+
+def _setup_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's implicit transactions defer locking).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 30000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc or "unknown error").strip()
+    return text.splitlines()[0] if text else type(exc).__name__

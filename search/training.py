@@ -1,0 +1,53 @@
+"""The default trial function: train the study's task with `trainer.train`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from search.provenance import code_version, environment
+from search.worker import TrialOutcome, TrialRun
+
+__all__ = ["run_training"]
+
+
+def run_training(run: TrialRun) -> TrialOutcome:
+    """Train one trial; its user attributes record what made it (SPEC's provenance list)."""
+    from trainer import train
+
+    config = dataclasses.replace(run.config.train, seed=run.seed)
+    result = train(
+        _task_factory(run.config.task.name),
+        run.params,
+        config,
+        report=run.report,
+        checkpoints=run.checkpoints,
+        device=run.device,
+        stop=run.stop,
+    )
+    attrs: dict[str, Any] = {
+        **environment(),
+        **code_version(),
+        "device_name": result.device_name,
+        "precision": result.precision,
+        "precision_reason": result.precision_reason,
+        "data_fingerprint": result.data_fingerprint,
+        "epochs_trained": result.epochs_run,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "seed": run.seed,
+    }
+    if result.adapted:
+        attrs["adapted"] = list(result.adapted)
+    if result.resumed_from is not None:
+        attrs["resumed_from"] = {"trial": run.number, **result.resumed_from}
+    value = result.metrics[-1] if result.metrics else None
+    return TrialOutcome(status=result.status, value=value, user_attrs=attrs, reason=result.reason)
+
+
+@functools.cache
+def _task_factory(name: str) -> Any:
+    from trainer import resolve_task
+
+    return resolve_task(name)

@@ -1,0 +1,605 @@
+"""A worker: pulls trials of one study until the study is done, one trial at a time.
+
+    worker = Worker(storage, study, device="cuda:0")
+    exit_code = worker.run()
+
+The loop: claim the next WAITING trial (sampling a few ahead when the queue runs low and this
+worker wins the sampling lock), run it, record its end; when nothing is waiting, help reap the
+trials of dead workers and wait. A background thread heartbeats, reaps, and notices when this
+worker's trial was taken over (after a network cut longer than the grace period), so that the
+trial stops cleanly instead of racing its new owner.
+
+Database outages: every statement is retried with backoff. While the database is away training
+goes on; reports are kept and written when it is back (pruning decisions resume then), and a
+trial's end is written once the database answers. A worker declared dead during the outage loses
+nothing: the trial's new owner resumes from the latest checkpoint, and this worker's writes are
+refused by the lease (fencing), so no trial is recorded twice.
+
+Signals: SIGTERM (a spot instance's notice) and Ctrl-C checkpoint the running trial at its next
+step, hand it back to the queue as resumable, and exit (0 for SIGTERM, 130 for Ctrl-C). A second
+Ctrl-C exits at once; the trial is then handed back by the reaper after the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import sqlalchemy as sa
+
+from search.dispatch import Claim, LeaseLost, Queue
+from search.pruners import rung_steps
+from search.samplers import LEARNS_FROM_RESULTS, derived_seed
+from search.storage import Storage, is_transient
+
+if TYPE_CHECKING:
+    import optuna
+
+    from search.config import StudyConfig
+    from search.space import Param
+    from search.study import StudyRef
+    from trainer import CheckpointStore
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "TrialFunction",
+    "TrialOutcome",
+    "TrialRun",
+    "Worker",
+    "retry",
+]
+
+logger = logging.getLogger("search.worker")
+
+DEFAULT_GRACE_S = 60.0
+"""Seconds of silence after which a worker counts as dead and its trial is resumed elsewhere.
+
+Heartbeats go out every grace/6 seconds. 60 s rides out garbage-collection pauses and brief
+network trouble; a preempted machine's trial restarts elsewhere within about a minute.
+"""
+
+T = TypeVar("T")
+
+
+@dataclass
+class TrialRun:
+    """What a worker hands to the function that runs one trial."""
+
+    number: int
+    trial_id: int
+    params: dict[str, Any]
+    config: StudyConfig
+    seed: int
+    """Training seed of this trial: derived from the study seed and the trial number."""
+    device: str
+    report: Callable[[int, float], bool]
+    """report(epoch, value) -> True when the trial should stop (pruned or taken over)."""
+    stop: threading.Event
+    """Set when the worker must stop (SIGTERM, Ctrl-C): checkpoint and return "preempted"."""
+    checkpoints: CheckpointStore | None = None
+    reported: dict[int, float] = field(default_factory=dict)
+    """Epoch -> value already recorded for this trial (non-empty when it is resumed)."""
+
+
+@dataclass
+class TrialOutcome:
+    """How a trial ended, as the trial function tells the worker."""
+
+    status: Literal["completed", "pruned", "diverged", "failed", "preempted"]
+    value: float | None = None
+    """The trial's value: its last reported score."""
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+
+TrialFunction = Callable[[TrialRun], TrialOutcome]
+
+
+class Worker:
+    """Runs trials of one study until it is done."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        study: StudyRef,
+        *,
+        device: str = "cpu",
+        run_trial: TrialFunction | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+        progress: bool | None = None,
+        checkpoint_root: str | None = None,
+    ) -> None:
+        self.storage = storage
+        self.study = study
+        self.config = study.config
+        self.device = device
+        self.grace_s = grace_s
+        self.hostname = socket.gethostname()
+        self.worker_id = f"{self.hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.queue = Queue(storage, study.study_id, self.worker_id)
+        self.checkpoint_root = checkpoint_root
+        self._run_trial = run_trial
+        self._progress = sys.stderr.isatty() if progress is None else progress
+        self._stop = threading.Event()  # the whole worker must stop
+        self._stop_signal: int | None = None
+        self._trial_stop = threading.Event()  # the running trial must stop
+        self._claim: Claim | None = None
+        self._lost = False  # the running trial was taken over
+        self._optuna_study: optuna.Study | None = None
+        self._sampler_thread: threading.Thread | None = None
+        self._db_down_since: float | None = None
+        self._heartbeat_s = max(0.2, grace_s / 6)
+        self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
+        self.trials_run = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Pull trials until the study is done; returns the process exit code."""
+        restore = self._install_signal_handlers()
+        self._retry(
+            lambda: self.queue.register(
+                hostname=self.hostname, pid=os.getpid(), device=self.device, grace_s=self.grace_s
+            ),
+            "register worker",
+        )
+        logger.info(
+            "worker %s joined study %r on %s (device %s, grace %.0f s)",
+            self.worker_id,
+            self.study.name,
+            self.storage.safe_url,
+            self.device,
+            self.grace_s,
+        )
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        reason = "done"
+        try:
+            while not self._stop.is_set():
+                claim = self._next_claim()
+                if claim is None:
+                    break
+                self._run_claim(claim)
+            if self._stop.is_set():
+                reason = "SIGTERM" if self._stop_signal == signal.SIGTERM else "interrupted"
+        except BaseException as exc:
+            reason = f"error: {type(exc).__name__}"
+            raise
+        finally:
+            self._stop.set()
+            beat.join(timeout=5)
+            if self._sampler_thread is not None:
+                self._sampler_thread.join(timeout=30)
+            try:
+                self._retry(lambda: self.queue.unregister(reason), "unregister", attempts=3)
+            except Exception:  # the reaper treats a silent worker the same way
+                logger.warning("could not record this worker's exit; it will time out instead")
+            restore()
+            self._end_progress()
+        if self._stop_signal == signal.SIGINT:
+            return 130
+        return 0
+
+    def _next_claim(self) -> Claim | None:
+        """The next trial to run, or None when the study is done (or the worker must stop)."""
+        n_trials = self.config.study.n_trials
+        idle_s = 0.05
+        while not self._stop.is_set():
+            claim = self._claim_once()
+            if claim is not None:
+                return claim
+            counts = self._retry(self.queue.counts, "count trials")
+            if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
+                return None
+            if counts.total < n_trials and self._top_up():
+                idle_s = 0.05
+                continue
+            # Everything is created and taken: wait for a trial to free up (a dead worker's,
+            # reaped by the heartbeat thread) or for the study to end.
+            self._stop.wait(idle_s * (0.5 + random.random()))
+            idle_s = min(idle_s * 2, max(0.5, self._heartbeat_s))
+        return None
+
+    def _claim_once(self) -> Claim | None:
+        failed = False
+
+        def attempt() -> Claim | None:
+            nonlocal failed
+            if failed:
+                # The connection broke around a commit: the claim may have gone through.
+                held = self.queue.held_claims()
+                if held:
+                    return held[0]
+            try:
+                return self.queue.claim()
+            except Exception:
+                failed = True
+                raise
+
+        claim = self._retry(attempt, "claim a trial")
+        if claim is not None:
+            self._maybe_sample_ahead()
+        return claim
+
+    def _run_claim(self, claim: Claim) -> None:
+        self._claim, self._lost = claim, False
+        self._trial_stop = threading.Event()
+        if self._stop.is_set():
+            self._trial_stop.set()
+        try:
+            params, reported = self._retry(lambda: self._load_trial(claim), "read trial")
+            run = TrialRun(
+                number=claim.number,
+                trial_id=claim.trial_id,
+                params=params,
+                config=self.config,
+                seed=derived_seed(self.config.study.seed, claim.number, "train"),
+                device=self.device,
+                report=self._reporter(claim, reported),
+                stop=self._trial_stop,
+                checkpoints=self._checkpoint_store(claim),
+                reported=dict(reported),
+            )
+            if reported:
+                logger.info(
+                    "trial %d: resuming after epoch %d (params %s)",
+                    claim.number,
+                    max(reported),
+                    _fmt_params(params),
+                )
+            else:
+                logger.info("trial %d: starting (params %s)", claim.number, _fmt_params(params))
+            started = time.monotonic()
+            self._show(claim.number, None, None)
+            try:
+                outcome = self._call_trial(run)
+            except Exception as exc:  # a bug in the trial function: record it, keep working
+                logger.exception("trial %d failed", claim.number)
+                outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+            self._record(claim, run, outcome, time.monotonic() - started)
+        except LeaseLost:
+            self._lost = True
+        finally:
+            if self._lost:
+                logger.warning(
+                    "trial %d was taken over by another worker (this one was silent for longer "
+                    "than the grace period); stopped it here, its new owner continues it",
+                    claim.number,
+                )
+            self._claim = None
+
+    def _call_trial(self, run: TrialRun) -> TrialOutcome:
+        if self._run_trial is None:
+            from search.training import run_training
+
+            self._run_trial = run_training
+        return self._run_trial(run)
+
+    def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
+        if self._lost:
+            return
+        if outcome.status == "preempted":
+            self._retry(
+                lambda: self.queue.hand_back(claim, {"hpsearch:handed_back_by": self.worker_id}),
+                "hand the trial back",
+                attempts=5,
+            )
+            logger.info("trial %d: checkpointed and handed back for another worker", claim.number)
+            return
+        state = {"completed": "COMPLETE", "pruned": "PRUNED"}.get(outcome.status, "FAIL")
+        value = outcome.value
+        if state == "PRUNED" and value is None and run.reported:
+            value = run.reported[max(run.reported)]  # as Optuna's tell() does for pruned trials
+        if value is not None and (math.isnan(value) or (state == "COMPLETE" and math.isinf(value))):
+            state, outcome.reason = "FAIL", outcome.reason or f"the trial's value is {value}"
+        system_attrs = {"fail_reason": outcome.reason} if state == "FAIL" and outcome.reason else {}
+        user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
+        self._retry(
+            lambda: self.queue.finish(
+                claim, state, value if state != "FAIL" else None, user_attrs, system_attrs
+            ),
+            "record the trial's result",
+        )
+        self.trials_run += 1
+        if run.checkpoints is not None:
+            try:
+                run.checkpoints.discard()
+            except Exception:  # an old checkpoint costs disk space, not correctness
+                logger.warning("trial %d: could not delete its checkpoint", claim.number)
+        shown = "" if value is None else f" {self.config.study.metric} {value:.4g}"
+        why = f" ({outcome.reason})" if outcome.reason else ""
+        logger.info("trial %d %s%s in %.1f s%s", claim.number, state.lower(), shown, seconds, why)
+
+    # -- reporting and pruning --------------------------------------------------------------
+
+    def _reporter(self, claim: Claim, reported: dict[int, float]) -> Callable[[int, float], bool]:
+        pending: dict[int, float] = {}
+        last_pruned_check = max(reported, default=0)
+
+        def report(epoch: int, value: float) -> bool:
+            nonlocal last_pruned_check
+            if self._lost:
+                return True
+            pending[epoch] = value
+            self._show(claim.number, epoch, value)
+            try:
+                self.queue.report(claim, pending)
+                self._db_back()
+            except LeaseLost:
+                self._lost = True
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # Keep training: the values are written when the database is back.
+                self._db_down(exc, "report")
+                return False
+            reported.update(pending)
+            steps = sorted(pending)
+            pending.clear()
+            # After the last epoch there is nothing left to save: the trial completes.
+            needs_check = epoch < self.config.task.epochs and (
+                self._rungs is None
+                or any(last_pruned_check < s <= epoch and s in self._rungs for s in steps)
+            )
+            if not needs_check:
+                return False
+            last_pruned_check = epoch
+            try:
+                return self._should_prune(claim)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._db_down(exc, "pruning check")
+                return False
+
+        return report
+
+    def _should_prune(self, claim: Claim) -> bool:
+        study = self._study()
+        frozen = study._storage.get_trial(claim.trial_id)
+        return bool(study.pruner.prune(study, frozen))
+
+    def _study(self) -> optuna.Study:
+        if self._optuna_study is None:
+            from search.study import load_optuna_study
+
+            self._optuna_study = load_optuna_study(self.storage, self.study)
+        return self._optuna_study
+
+    # -- sampling ahead ---------------------------------------------------------------------
+
+    def _maybe_sample_ahead(self) -> None:
+        """After a claim: if the queue is running low, refill it in the background."""
+        if self._sampler_thread is not None and self._sampler_thread.is_alive():
+            return
+        thread = threading.Thread(target=self._sample_ahead_quietly, name="sampler", daemon=True)
+        self._sampler_thread = thread
+        thread.start()
+
+    def _sample_ahead_quietly(self) -> None:
+        try:
+            self._top_up()
+        except Exception as exc:  # the loop samples synchronously when it finds nothing queued
+            if not is_transient(exc):
+                logger.exception("sampling ahead failed")
+
+    def _top_up(self) -> bool:
+        """If this process wins the sampling lock, fill the queue; True if it created trials."""
+        with self.queue.sampling_lock() as got:
+            if not got:
+                return False
+            counts = self.queue.counts()
+            missing = self.config.study.n_trials - counts.total
+            if missing <= 0:
+                return False
+            live = max(1, self.queue.live_workers())
+            # Samplers that learn from results see queued trials only once they run: keep their
+            # queue short. Random, grid and QMC points do not depend on results: one per worker.
+            ahead = (
+                math.ceil(live / 4) if self.config.study.sampler in LEARNS_FROM_RESULTS else live
+            )
+            wanted = min(missing, max(1, ahead) - counts.waiting)
+            for _ in range(wanted):
+                if self._stop.is_set():
+                    break
+                self._sample_one()
+            return wanted > 0
+
+    def _sample_one(self) -> None:
+        trial_id, number = self.queue.create_trial()
+        self._sample_params(trial_id, number, self.config.space)
+        self.queue.enqueue_sampled(trial_id)
+
+    def _sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
+        """Sample `space` into trial `trial_id` through Optuna (sampler hooks, fixed params)."""
+        import optuna
+
+        from search.samplers import make_sampler, suggest
+        from search.study import load_optuna_study
+
+        study = load_optuna_study(self.storage, self.study, make_sampler(self.config, number))
+        study.get_trials(deepcopy=False)  # sync the cached storage: it must know the new trial
+        trial = optuna.Trial(study, trial_id)
+        return {param.name: suggest(trial, param) for param in space}
+
+    # -- trial state ------------------------------------------------------------------------
+
+    def _load_trial(self, claim: Claim) -> tuple[dict[str, Any], dict[int, float]]:
+        """The trial's params (sampling any that are missing) and the values it already has."""
+        from optuna.distributions import json_to_distribution
+
+        with self.storage.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT param_name, param_value, distribution_json FROM trial_params "
+                    "WHERE trial_id = :t"
+                ),
+                {"t": claim.trial_id},
+            ).all()
+            steps = conn.execute(
+                sa.text(
+                    "SELECT step, intermediate_value, intermediate_value_type "
+                    "FROM trial_intermediate_values WHERE trial_id = :t"
+                ),
+                {"t": claim.trial_id},
+            ).all()
+        params = {
+            name: json_to_distribution(dist).to_external_repr(value) for name, value, dist in rows
+        }
+        missing = [p for p in self.config.space if p.name not in params]
+        if missing:
+            # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
+            params.update(self._sample_params(claim.trial_id, claim.number, missing))
+        reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
+        return params, reported
+
+    def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
+        if self.checkpoint_root is None:
+            return None
+        from trainer import DirectoryCheckpointStore
+
+        return DirectoryCheckpointStore(
+            os.path.join(self.checkpoint_root, self.study.name, f"trial-{claim.number}")
+        )
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._heartbeat_s * (0.8 + 0.4 * random.random())):
+            claim = self._claim
+            try:
+                holds = self.queue.heartbeat(claim)
+                self._db_back()
+                if claim is not None and not holds and claim == self._claim:
+                    self._lost = True
+                    self._trial_stop.set()
+                for number, dead in self.queue.reap():
+                    logger.warning(
+                        "worker %s went silent for longer than its grace period: trial %d is "
+                        "queued again and will resume from its last checkpoint",
+                        dead,
+                        number,
+                    )
+            except Exception as exc:
+                if not is_transient(exc):
+                    logger.exception("heartbeat failed")
+                self._db_down(exc, "heartbeat")
+
+    def _db_down(self, exc: BaseException, what: str) -> None:
+        if self._db_down_since is None:
+            self._db_down_since = time.monotonic()
+            logger.warning(
+                "database unreachable (%s: %s); training continues, retrying",
+                what,
+                _first_line(exc),
+            )
+
+    def _db_back(self) -> None:
+        if self._db_down_since is not None:
+            logger.warning(
+                "database reachable again after %.0f s", time.monotonic() - self._db_down_since
+            )
+            self._db_down_since = None
+
+    def _retry(self, fn: Callable[[], T], what: str, *, attempts: int | None = None) -> T:
+        return retry(fn, what, attempts=attempts, on_error=self._db_down, on_success=self._db_back)
+
+    # -- signals and progress ---------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGINT and self._stop_signal == signal.SIGINT:
+                raise KeyboardInterrupt  # second Ctrl-C: stop now
+            self._stop_signal = signum
+            name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+            logger.warning("%s: checkpointing the running trial and handing it back", name)
+            self._stop.set()
+            self._trial_stop.set()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore
+
+    def _show(self, number: int, epoch: int | None, value: float | None) -> None:
+        if not self._progress:
+            return
+        epochs = self.config.task.epochs
+        where = (
+            f"epoch {epoch}/{epochs} {self.config.study.metric} {value:.4f}"
+            if epoch
+            else "starting"
+        )
+        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}")
+        sys.stderr.flush()
+
+    def _end_progress(self) -> None:
+        if self._progress:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def retry(
+    fn: Callable[[], T],
+    what: str,
+    *,
+    attempts: int | None = None,
+    on_error: Callable[[BaseException, str], None] | None = None,
+    on_success: Callable[[], None] | None = None,
+    max_delay_s: float = 15.0,
+) -> T:
+    """Call fn, retrying transient database errors with exponential backoff and jitter.
+
+    attempts=None retries until the database answers (the work must not be lost).
+    """
+    delay, attempt = 0.2, 0
+    while True:
+        attempt += 1
+        try:
+            result = fn()
+        except Exception as exc:
+            if not is_transient(exc) or (attempts is not None and attempt >= attempts):
+                raise
+            if on_error is not None:
+                on_error(exc, what)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, max_delay_s)
+            continue
+        if on_success is not None:
+            on_success()
+        return result
+
+
+def _intermediate(value: float | None, kind: str) -> float:
+    return {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}.get(kind, value)  # type: ignore[return-value]
+
+
+def _fmt_params(params: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,76 @@
+"""Synthetic trial functions for dispatch tests: real workers, real storage, no training.
+
+`curve`'s score rises with the trial's `x` and the epoch, so good and poor trials are known.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import sys
+import time
+from typing import Any
+
+from search.storage import open_storage
+from search.study import open_study
+from search.worker import TrialOutcome, TrialRun, Worker
+
+
+def curve(run: TrialRun, epoch_s: float = 0.01) -> TrialOutcome:
+    """Score x * epoch / epochs; stops on a prune or a stop request like the trainer does."""
+    epochs = run.config.task.epochs
+    value = None
+    for epoch in range(max(run.reported, default=0) + 1, epochs + 1):
+        time.sleep(epoch_s)
+        value = run.params["x"] * epoch / epochs
+        if run.report(epoch, value):
+            return TrialOutcome(status="pruned", value=value)
+        if run.stop.is_set():
+            return TrialOutcome(status="preempted")
+    return TrialOutcome(status="completed", value=value, user_attrs={"epochs_trained": epochs})
+
+
+def slow_curve(run: TrialRun) -> TrialOutcome:
+    return curve(run, epoch_s=0.2)
+
+
+OBJECTIVES = {"curve": curve, "slow_curve": slow_curve}
+
+
+def worker_main(url: str, study: str, objective: str, grace_s: float) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s [{objective}] %(message)s", stream=sys.stderr
+    )
+    storage = open_storage(url)
+    worker = Worker(
+        storage,
+        open_study(storage, study),
+        run_trial=OBJECTIVES[objective],
+        grace_s=grace_s,
+        progress=False,
+    )
+    sys.exit(worker.run())
+
+
+def start_workers(
+    url: str, study: str, n: int, objective: str = "curve", grace_s: float = 5.0
+) -> list[Any]:
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=worker_main, args=(url, study, objective, grace_s)) for _ in range(n)
+    ]
+    for p in procs:
+        p.start()
+    return procs
+
+
+def join_all(procs: list[Any], timeout_s: float = 120) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+            raise AssertionError(f"worker {p.pid} did not finish within {timeout_s} s")
+    return [p.exitcode for p in procs]
