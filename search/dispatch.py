@@ -37,7 +37,7 @@ import fcntl
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -316,21 +316,39 @@ class Queue:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def create_trial(self) -> tuple[int, int]:
-        """Insert a trial being sampled by this worker: RUNNING under our lease, so that no one
-        claims it half-sampled and, should we die now, the reaper hands it back.
+    def create_trial(
+        self, params_for: Callable[[int], dict[str, tuple[float, str]]] | None = None
+    ) -> tuple[int, int]:
+        """Insert the study's next trial. Call only while holding the sampling lock (trial
+        numbers are counted, as Optuna does).
 
-        Call only while holding the sampling lock (trial numbers are counted, as Optuna does).
+        With `params_for` (trial number -> {name: (internal value, distribution JSON)}), the
+        trial is written WAITING with its params in one transaction. Without, it is written
+        RUNNING under this worker's lease, to be sampled through Optuna and then enqueued: no
+        one claims it half-sampled, and should this worker die now, the reaper hands it back.
         """
+        state = "WAITING" if params_for else "RUNNING"
         with self.storage.transaction() as conn:
             row = conn.execute(
                 sa.text(
                     "INSERT INTO trials (number, study_id, state, datetime_start) "
-                    "VALUES ((SELECT count(*) FROM trials WHERE study_id = :s), :s, 'RUNNING', "
-                    ":start) RETURNING trial_id, number"
+                    "VALUES ((SELECT count(*) FROM trials WHERE study_id = :s), :s, "
+                    f"{_enum(conn, state, 'trialstate')}, :start) RETURNING trial_id, number"
                 ),
-                {"s": self.study_id, "start": utcnow_naive()},
+                {"s": self.study_id, "start": None if params_for else utcnow_naive()},
             ).one()
+            if params_for is not None:
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO trial_params (trial_id, param_name, param_value, "
+                        "distribution_json) VALUES (:t, :name, :value, :dist)"
+                    ),
+                    [
+                        {"t": row.trial_id, "name": name, "value": value, "dist": dist}
+                        for name, (value, dist) in params_for(row.number).items()
+                    ],
+                )
+                return row.trial_id, row.number
             conn.execute(
                 sa.text(
                     f"INSERT INTO {self._t}trial_leases (trial_id, study_id, worker_id, "
@@ -358,7 +376,14 @@ class Queue:
     # -- writes for a held trial (all fenced by the lease) ----------------------------------
 
     def report(self, claim: Claim, values: dict[int, float]) -> None:
-        """Write intermediate values (epoch -> score) into Optuna's table; idempotent per epoch."""
+        """Write intermediate values (epoch -> score) into Optuna's table; idempotent per epoch.
+
+        On PostgreSQL this is one statement (the lease check and the upsert), in autocommit:
+        a report is one round trip.
+        """
+        if self._pg:
+            self._report_pg(claim, values)
+            return
         with self.storage.transaction() as conn:
             self._fence(conn, claim, epoch=max(values))
             for step, value in sorted(values.items()):
@@ -378,6 +403,35 @@ class Queue:
                         "v": value if math.isfinite(value) else None,
                     },
                 )
+
+    def _report_pg(self, claim: Claim, values: dict[int, float]) -> None:
+        rows, params = (
+            [],
+            {"t": claim.trial_id, "w": self.worker_id, "g": claim.generation, "e": max(values)},
+        )
+        for i, (step, value) in enumerate(sorted(values.items())):
+            kind = _value_type(value)
+            rows.append(f"(CAST(:s{i} AS integer), CAST(:v{i} AS double precision), '{kind}')")
+            params[f"s{i}"], params[f"v{i}"] = step, value if kind == "FINITE" else None
+        with self.storage.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            written = conn.execute(
+                sa.text(
+                    f"WITH fence AS (UPDATE {self._t}trial_leases SET epoch = :e "
+                    "WHERE trial_id = :t AND worker_id = :w AND generation = :g "
+                    "RETURNING trial_id) "
+                    "INSERT INTO trial_intermediate_values (trial_id, step, intermediate_value, "
+                    "intermediate_value_type) SELECT fence.trial_id, v.step, v.value, "
+                    "CAST(v.kind AS trialintermediatevaluetype) "
+                    f"FROM fence, (VALUES {', '.join(rows)}) AS v (step, value, kind) "
+                    "ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = "
+                    "excluded.intermediate_value, intermediate_value_type = "
+                    "excluded.intermediate_value_type RETURNING 1"
+                ),
+                params,
+            ).all()
+        if not written:
+            raise LeaseLost(f"trial {claim.number} was taken over by another worker")
 
     def finish(
         self,

@@ -4,7 +4,8 @@ Trials are sampled one at a time by whichever worker holds the study's sampling 
 (see `search.dispatch`), so the process that samples changes over a study's life. A sampler
 seeded once per process would make two processes draw the same sequence from one seed; instead
 each trial's sampler is seeded from (study seed, trial number). Random search is therefore
-reproducible trial by trial, and no two trials share a random stream.
+reproducible trial by trial, and no two trials share a random stream. (Grid and QMC are the
+exception: they walk one seeded sequence by trial number, so they keep the study seed.)
 
 Example::
 
@@ -76,11 +77,11 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             # Constant liar: running trials count as bad results, so parallel workers spread
             # out instead of piling onto the current best point.
             return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed)
+        # Grid and QMC walk one sequence (a shuffled grid, a scrambled Sobol sequence) indexed
+        # by trial number or a counter in the study: every process must use the same seed.
         if name == "grid":
-            return optuna.samplers.GridSampler(config.grid_values(), seed=seed)
+            return optuna.samplers.GridSampler(config.grid_values(), seed=config.study.seed)
         if name == "qmc":
-            # Unlike the others, QMC needs the same seed in every process: it walks one
-            # scrambled sequence, indexed by a counter kept in the study.
             return optuna.samplers.QMCSampler(
                 scramble=True, seed=config.study.seed, warn_asynchronous_seeding=False
             )

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+import sqlalchemy.orm
+import sqlalchemy.pool
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
@@ -108,12 +110,20 @@ def mask_url(url: str) -> str:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """A database error worth retrying (connection lost, server restarting, lock timeout)."""
-    if isinstance(exc, OperationalError):
-        return True
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, (ConnectionError, TimeoutError))
+    """A database error worth retrying (connection lost, server restarting, too many clients).
+
+    Optuna wraps driver errors in its own exceptions; the cause chain is searched too.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, (OperationalError, ConnectionError, TimeoutError)):
+            return True
+        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @dataclass
@@ -163,17 +173,20 @@ class Storage:
 
                 rdb = optuna.storages.RDBStorage(
                     self.url,
-                    engine_kwargs=_engine_kwargs(self.url),
+                    engine_kwargs={"poolclass": sa.pool.NullPool},
                     skip_compatibility_check=True,
                     skip_table_creation=True,
                 )
+                # One pool per process: Optuna's sessions share ours, so 32 workers stay well
+                # inside PostgreSQL's default 100 connections.
+                rdb.engine.dispose()
+                rdb.engine = self.engine
+                rdb.scoped_session = sa.orm.scoped_session(sa.orm.sessionmaker(bind=self.engine))
                 self._optuna = optuna.storages._CachedStorage(rdb)
             return self._optuna
 
     def close(self) -> None:
         self.engine.dispose()
-        if self._optuna is not None:
-            self._optuna._backend.engine.dispose()
 
 
 def open_storage(url: str, *, create: bool = False, check: bool = True) -> Storage:
@@ -225,9 +238,10 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
             # Stale connections (idle timeouts, a restarted server) are replaced, not used.
             "pool_pre_ping": True,
             "pool_recycle": 300,
-            # A worker needs a handful: the loop, the heartbeat thread, a sampler.
+            # A worker needs few (the loop, the heartbeat thread, a sampler) and holds them
+            # briefly: at most 2 stay open idle, 5 at a peak.
             "pool_size": 2,
-            "max_overflow": 4,
+            "max_overflow": 3,
             "pool_timeout": 30,
             "connect_args": {
                 "connect_timeout": 5,

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import optuna
 
     from search.config import StudyConfig
+    from search.pruning import Pruner
     from search.space import Param
     from search.study import StudyRef
     from trainer import CheckpointStore
@@ -137,6 +138,7 @@ class Worker:
         self._claim: Claim | None = None
         self._lost = False  # the running trial was taken over
         self._optuna_study: optuna.Study | None = None
+        self._pruner: Pruner | None = None
         self._sampler_thread: threading.Thread | None = None
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
@@ -145,8 +147,18 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """Load what every trial needs (Optuna, the study for pruning) before the first claim,
+        so that start-up cost is not paid inside a trial."""
+        from search.pruning import Pruner
+
+        if self._pruner is None and self._rungs != []:
+            self._pruner = Pruner(self.storage, self.study)
+            self._retry(lambda: self._pruner.view.get_all_trials(self.study.study_id), "load")
+
     def run(self) -> int:
         """Pull trials until the study is done; returns the process exit code."""
+        self.prepare()
         restore = self._install_signal_handlers()
         self._retry(
             lambda: self.queue.register(
@@ -357,7 +369,7 @@ class Worker:
                 return False
             last_pruned_check = epoch
             try:
-                return self._should_prune(claim)
+                return self._should_prune(claim, reported)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -366,10 +378,12 @@ class Worker:
 
         return report
 
-    def _should_prune(self, claim: Claim) -> bool:
-        study = self._study()
-        frozen = study._storage.get_trial(claim.trial_id)
-        return bool(study.pruner.prune(study, frozen))
+    def _should_prune(self, claim: Claim, reported: dict[int, float]) -> bool:
+        if self._pruner is None:
+            from search.pruning import Pruner
+
+            self._pruner = Pruner(self.storage, self.study)
+        return self._pruner.should_prune(claim.trial_id, reported)
 
     def _study(self) -> optuna.Study:
         if self._optuna_study is None:
@@ -418,9 +432,29 @@ class Worker:
             return wanted > 0
 
     def _sample_one(self) -> None:
+        if self.config.study.sampler == "random":
+            # Random points need no history: the trial is written whole, in one transaction.
+            self._study()  # loaded before: SQLite must not wait on its own open transaction
+            self.queue.create_trial(self._random_params)
+            return
         trial_id, number = self.queue.create_trial()
         self._sample_params(trial_id, number, self.config.space)
         self.queue.enqueue_sampled(trial_id)
+
+    def _random_params(self, number: int) -> dict[str, tuple[float, str]]:
+        from optuna.distributions import distribution_to_json
+        from optuna.trial import TrialState, create_trial
+
+        from search.samplers import distribution, make_sampler
+
+        sampler = make_sampler(self.config, number)
+        stub = create_trial(state=TrialState.RUNNING)
+        out = {}
+        for param in self.config.space:
+            dist = distribution(param)
+            value = sampler.sample_independent(self._study(), stub, param.name, dist)
+            out[param.name] = (dist.to_internal_repr(value), distribution_to_json(dist))
+        return out
 
     def _sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
         """Sample `space` into trial `trial_id` through Optuna (sampler hooks, fixed params)."""

@@ -1,0 +1,259 @@
+"""Coordination overhead: hpsearch's trial queue against plain Optuna, side by side, on PostgreSQL.
+
+N trials of 1 s each (10 reports, 0.1 s apart), W worker processes, random sampler + Hyperband
+(min_resource 1, reduction factor 3, max_resource 10). Every trial reports the same scores, so
+Hyperband evaluates every rung but prunes nothing: each trial lasts its full second, and the
+ideal wall time is N * 1 s / W. The figure is wall time / ideal.
+
+Plain Optuna: each worker process runs `study.optimize` with `MaxTrialsCallback(N)`, reporting
+with `trial.report` and asking `trial.should_prune()` every step, as the Optuna docs do.
+hpsearch: each process runs `search.worker.Worker` with the same trial function.
+
+Two clocks per run: "steady" starts when every worker process has imported its libraries and
+connected (they wait at a barrier), so it measures coordination while trials run; "cold" starts
+when the processes are spawned, so it adds start-up (imports, connections), a one-time cost per
+worker that a real study of hours amortizes.
+
+    python bench/scheduler.py                       # N=320, W=1,8,32 (about 25 minutes)
+    python bench/scheduler.py --workers 8,32 --trials 320
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+STEPS, STEP_S = 10, 0.1
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds the whole machine has been busy (all processes, the database included)."""
+    with open("/proc/stat") as fh:
+        fields = [float(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def hpsearch_worker(url: str, study: str, ready: Any, go: Any, log: Any) -> None:
+    from search.storage import open_storage
+    from search.study import open_study
+    from search.worker import TrialOutcome, Worker
+
+    def one_second(run: Any) -> TrialOutcome:
+        start = time.perf_counter()
+        for step in range(1, STEPS + 1):
+            time.sleep(STEP_S)
+            if run.report(step, 0.5):
+                return TrialOutcome(status="pruned", value=0.5)
+        log.put((os.getpid(), start, time.perf_counter()))
+        return TrialOutcome(status="completed", value=0.5)
+
+    storage = open_storage(url)
+    worker = Worker(
+        storage, open_study(storage, study), run_trial=one_second, grace_s=60, progress=False
+    )
+    worker.prepare()
+    ready.release()
+    go.wait()
+    sys.exit(worker.run())
+
+
+def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any) -> None:
+    import optuna
+    from optuna.study import MaxTrialsCallback
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(
+        study_name=study_name,
+        storage=url,
+        sampler=optuna.samplers.RandomSampler(),
+        pruner=optuna.pruners.HyperbandPruner(
+            min_resource=1, max_resource=STEPS, reduction_factor=3
+        ),
+    )
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        trial.suggest_int("width", 8, 64, log=True)
+        for step in range(1, STEPS + 1):
+            time.sleep(STEP_S)
+            trial.report(0.5, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return 0.5
+
+    ready.release()
+    go.wait()
+    study.optimize(objective, callbacks=[MaxTrialsCallback(n_trials, states=None)])
+
+
+def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]:
+    import optuna
+
+    name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+    if kind == "hpsearch":
+        from search.config import parse_config
+        from search.storage import open_storage
+        from search.study import create_study
+
+        config = parse_config(
+            {
+                "study": {"name": name, "n_trials": n_trials, "sampler": "random"},
+                "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
+                "task": {"name": "digits", "epochs": STEPS},
+                "space": {
+                    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+                    "width": {"type": "int", "low": 8, "high": 64, "log": True},
+                },
+            }
+        )
+        storage = open_storage(url)
+        create_study(storage, config)
+        storage.close()
+    else:
+        optuna.create_study(study_name=name, storage=url, direction="maximize")
+
+    ctx = mp.get_context("spawn")
+    ready, go, log = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    spawned = time.perf_counter()
+    if kind == "hpsearch":
+        procs = [
+            ctx.Process(target=hpsearch_worker, args=(url, name, ready, go, log))
+            for _ in range(workers)
+        ]
+    else:
+        procs = [
+            ctx.Process(target=optuna_worker, args=(url, name, n_trials, ready, go))
+            for _ in range(workers)
+        ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    started, busy = time.perf_counter(), _busy_cpu_s()
+    go.set()
+    spans = []
+    while any(p.is_alive() for p in procs) or not log.empty():
+        try:
+            spans.append(log.get(timeout=0.2))
+        except Exception:
+            pass
+    for p in procs:
+        p.join()
+    ended, busy = time.perf_counter(), _busy_cpu_s() - busy
+
+    study = optuna.load_study(study_name=name, storage=url)
+    trials = study.get_trials(deepcopy=False)
+    finished = sum(t.state.is_finished() for t in trials)
+    ideal = n_trials * STEPS * STEP_S / workers
+    return {
+        "kind": kind,
+        "workers": workers,
+        "trials_finished": finished,
+        "trials_created": len(trials),
+        "steady_s": round(ended - started, 2),
+        "cold_s": round(ended - spawned, 2),
+        "startup_s": round(started - spawned, 2),
+        "ideal_s": ideal,
+        "steady_ratio": round((ended - started) / ideal, 3),
+        "cold_ratio": round((ended - spawned) / ideal, 3),
+        "machine_busy_cpu_s": round(busy, 1),
+        **_trial_timing(spans, started, ended),
+    }
+
+
+def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: float) -> dict:
+    """Where the wall time went: inside trials (reports) or between them (claims, waiting)."""
+    if not spans:
+        return {}
+    inside = [end - start - STEPS * STEP_S for _, start, end in spans]
+    by_worker: dict[int, list[tuple[float, float]]] = {}
+    for pid, start, end in spans:
+        by_worker.setdefault(pid, []).append((start, end))
+    gaps = []
+    for runs in by_worker.values():
+        runs.sort()
+        gaps.append(runs[0][0] - started)
+        gaps += [b[0] - a[1] for a, b in zip(runs, runs[1:])]
+    return {
+        "report_overhead_ms_per_trial": round(1000 * statistics.mean(inside), 1),
+        "gap_between_trials_ms": round(1000 * statistics.mean(gaps), 1),
+        "gap_p90_ms": round(1000 * sorted(gaps)[int(0.9 * len(gaps))], 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--storage",
+        default=os.environ.get(
+            "HPSEARCH_BENCH_STORAGE", "postgresql+psycopg://postgres@127.0.0.1:5432/hpsearch_bench"
+        ),
+    )
+    parser.add_argument("--trials", type=int, default=320)
+    parser.add_argument("--workers", default="1,8,32")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+
+    _ensure_database(args.storage)
+    results = []
+    for workers in [int(w) for w in args.workers.split(",")]:
+        for repeat in range(args.repeats):
+            # Alternate the order so neither side always runs on a warmer machine.
+            kinds = ["hpsearch", "optuna"] if repeat % 2 == 0 else ["optuna", "hpsearch"]
+            for kind in kinds:
+                result = run_once(kind, args.storage, args.trials, workers)
+                results.append(result)
+                print(json.dumps(result), flush=True)
+
+    print(
+        f"\nN={args.trials} trials of {STEPS * STEP_S:.0f} s, PostgreSQL, random + Hyperband; "
+        f"{os.cpu_count()} CPUs; ratio = wall / (N * 1 s / W)"
+    )
+    print(f"{'W':>3}  {'side':<9} {'steady ratio':>20}  {'cold ratio':>20}  {'finished':>8}")
+    for workers in sorted({r["workers"] for r in results}):
+        for kind in ("hpsearch", "optuna"):
+            rows = [r for r in results if r["workers"] == workers and r["kind"] == kind]
+            if rows:
+                print(
+                    f"{workers:>3}  {kind:<9} {_spread([r['steady_ratio'] for r in rows]):>20}  "
+                    f"{_spread([r['cold_ratio'] for r in rows]):>20}  "
+                    f"{'/'.join(str(r['trials_created']) for r in rows):>8}"
+                )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+
+
+def _spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (n={len(values)})"
+
+
+def _ensure_database(url: str) -> None:
+    import sqlalchemy as sa
+
+    target = sa.engine.make_url(url)
+    admin = sa.create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        exists = conn.execute(
+            sa.text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": target.database}
+        ).first()
+        if not exists:
+            conn.execute(sa.text(f'CREATE DATABASE "{target.database}"'))
+    admin.dispose()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,257 @@
+"""Pruning decisions with Optuna's own pruners, fed by a light, incremental view of the study.
+
+Optuna's pruners decide from a study's trials: successive halving and Hyperband compare the
+`completed_rung_k` system attributes of the trials in a bracket; the median pruner compares the
+intermediate values of complete trials. Reading whole trials for that (params, attributes and
+values of every running and queued trial, on every rung of every trial) was most of a worker's
+database time. `PruningStorage` answers a pruner's reads from two small incremental queries
+instead, and records the rung attributes a pruner writes with one statement; everything else is
+Optuna's RDBStorage unchanged. `tests/search/test_pruning.py` checks that the decisions are those
+Optuna makes on its own storage.
+
+Example::
+
+    view = PruningStorage(storage, study_id)
+    pruner = Pruner(storage, study)            # once per worker
+    pruner.should_prune(trial_id, {1: 0.81, 2: 0.84, 3: 0.85})
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import threading
+from collections.abc import Container, Sequence
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from search.pruners import make_pruner
+from search.storage import Storage
+from search.study import StudyRef
+
+__all__ = ["Pruner", "PruningStorage"]
+
+_STATES = {s.name: s for s in TrialState}
+
+
+class PruningStorage(optuna.storages.BaseStorage):
+    """A study's storage as pruners need it: trial reads are light and incremental.
+
+    Trials come back with number, state, system attributes and, once finished, intermediate
+    values and values; params and user attributes are left empty. Only pruners may read it;
+    the methods pruners do not use go to Optuna's storage unchanged.
+    """
+
+    def __init__(self, storage: Storage, study: StudyRef) -> None:
+        self.engine = storage.engine
+        self._inner = storage.optuna_storage()
+        self._study = study
+        self._directions = [StudyDirection[study.config.study.direction.upper()]]
+        self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial
+        self._unfinished: set[int] = set()
+        self._max_id = -1
+        self._lock = threading.Lock()
+
+    # Immutable study facts: answered without a query (a _BracketStudy asks on every decision).
+    def get_study_id_from_name(self, study_name: str) -> int:
+        return self._study.study_id
+
+    def get_study_name_from_id(self, study_id: int) -> str:
+        return self._study.name
+
+    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
+        return list(self._directions)
+
+    def get_all_trials(
+        self,
+        study_id: int,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+    ) -> list[FrozenTrial]:
+        with self._lock:
+            self._refresh()
+            trials = sorted(self._trials.values(), key=lambda t: t.number)
+        if states is not None:
+            trials = [t for t in trials if t.state in states]
+        return trials  # never deep-copied: pruners only read them
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        with self._lock:
+            if trial_id not in self._trials:
+                self._refresh()
+            return self._trials[trial_id]
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
+                    "VALUES (:t, :k, :v) ON CONFLICT (trial_id, key) "
+                    "DO UPDATE SET value_json = excluded.value_json"
+                ),
+                {"t": trial_id, "k": key, "v": json.dumps(value)},
+            )
+        with self._lock:
+            if trial_id in self._trials:
+                # A new object: lists a pruner already holds must not change under it (successive
+                # halving adds the trial's own value to the competing ones itself).
+                trial = copy.copy(self._trials[trial_id])
+                trial.system_attrs = {**trial.system_attrs, key: value}
+                self._trials[trial_id] = trial
+
+    # The rest of Optuna's storage interface, unused by pruners, goes to Optuna's storage.
+    def create_new_study(
+        self, directions: Sequence[StudyDirection], study_name: str | None = None
+    ) -> int:
+        return self._inner.create_new_study(directions, study_name)
+
+    def delete_study(self, study_id: int) -> None:
+        self._inner.delete_study(study_id)
+
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._inner.set_study_user_attr(study_id, key, value)
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._inner.set_study_system_attr(study_id, key, value)
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._inner.get_study_user_attrs(study_id)
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._inner.get_study_system_attrs(study_id)
+
+    def get_all_studies(self) -> list[optuna.study.FrozenStudy]:
+        return self._inner.get_all_studies()
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        return self._inner.create_new_trial(study_id, template_trial)
+
+    def set_trial_param(
+        self, trial_id: int, param_name: str, param_value_internal: float, distribution: Any
+    ) -> None:
+        self._inner.set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        return self._inner.set_trial_state_values(trial_id, state, values)
+
+    def set_trial_intermediate_value(
+        self, trial_id: int, step: int, intermediate_value: float
+    ) -> None:
+        self._inner.set_trial_intermediate_value(trial_id, step, intermediate_value)
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._inner.set_trial_user_attr(trial_id, key, value)
+
+    def _refresh(self) -> None:
+        """Read trials that are new or were unfinished last time; finished ones never change."""
+        ids = sorted(self._unfinished)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT trial_id, number, state FROM trials WHERE study_id = :s AND "
+                    f"(trial_id > :max{' OR trial_id IN :ids' if ids else ''})"
+                ).bindparams(*([sa.bindparam("ids", expanding=True)] if ids else [])),
+                {"s": self._study.study_id, "max": self._max_id, **({"ids": ids} if ids else {})},
+            ).all()
+            if not rows:
+                return
+            changed = [r.trial_id for r in rows]
+            finished = [r.trial_id for r in rows if _STATES[r.state].is_finished()]
+            attrs = _by_trial(
+                conn,
+                "SELECT trial_id, key, value_json FROM "
+                "trial_system_attributes WHERE trial_id IN :ids",
+                changed,
+            )
+            steps = _by_trial(
+                conn,
+                "SELECT trial_id, step, intermediate_value, "
+                "intermediate_value_type FROM trial_intermediate_values "
+                "WHERE trial_id IN :ids",
+                finished,
+            )
+            values = _by_trial(
+                conn,
+                "SELECT trial_id, objective, value, value_type FROM "
+                "trial_values WHERE trial_id IN :ids",
+                finished,
+            )
+        for r in rows:
+            state = _STATES[r.state]
+            self._trials[r.trial_id] = FrozenTrial(
+                number=r.number,
+                state=state,
+                value=None,
+                values=[_float(v, kind) for _, v, kind in sorted(values.get(r.trial_id, []))]
+                or None,
+                datetime_start=None,
+                datetime_complete=None,
+                params={},
+                distributions={},
+                user_attrs={},
+                system_attrs={k: json.loads(v) for k, v in attrs.get(r.trial_id, [])},
+                intermediate_values={
+                    step: _float(v, kind) for step, v, kind in steps.get(r.trial_id, [])
+                },
+                trial_id=r.trial_id,
+            )
+            if state.is_finished():
+                self._unfinished.discard(r.trial_id)
+            else:
+                self._unfinished.add(r.trial_id)
+            self._max_id = max(self._max_id, r.trial_id)
+
+
+class Pruner:
+    """The study's pruner, asked through `PruningStorage`: one per worker process."""
+
+    def __init__(self, storage: Storage, study: StudyRef) -> None:
+        self.view = PruningStorage(storage, study)
+        self.pruner = make_pruner(study.config)
+        self.study = optuna.Study(
+            study_name=study.name,
+            storage=self.view,
+            pruner=self.pruner,
+            sampler=optuna.samplers.RandomSampler(),
+        )
+
+    def should_prune(self, trial_id: int, intermediate_values: dict[int, float]) -> bool:
+        """Optuna's decision for a running trial that has reported these values."""
+        known = self.view.get_trial(trial_id)
+        trial = FrozenTrial(
+            number=known.number,
+            state=TrialState.RUNNING,
+            value=None,
+            values=None,
+            datetime_start=None,
+            datetime_complete=None,
+            params={},
+            distributions={},
+            user_attrs={},
+            system_attrs=dict(known.system_attrs),
+            intermediate_values=dict(intermediate_values),
+            trial_id=trial_id,
+        )
+        return bool(self.pruner.prune(self.study, trial))
+
+
+def _by_trial(conn: sa.Connection, sql: str, ids: Sequence[int]) -> dict[int, list[tuple]]:
+    out: dict[int, list[tuple]] = {}
+    if not ids:
+        return out
+    stmt = sa.text(sql).bindparams(sa.bindparam("ids", expanding=True))
+    for row in conn.execute(stmt, {"ids": list(ids)}):
+        out.setdefault(row[0], []).append(tuple(row[1:]))
+    return out
+
+
+def _float(value: float | None, kind: str) -> float:
+    special = {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}
+    return special[kind] if kind in special else float(value)  # type: ignore[arg-type]
