@@ -21,9 +21,12 @@ worker that a real study of hours amortizes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import multiprocessing as mp
 import os
+import queue
 import statistics
 import sys
 import time
@@ -143,10 +146,8 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     go.set()
     spans = []
     while any(p.is_alive() for p in procs) or not log.empty():
-        try:
+        with contextlib.suppress(queue.Empty):
             spans.append(log.get(timeout=0.2))
-        except Exception:
-            pass
     for p in procs:
         p.join()
     ended, busy = time.perf_counter(), _busy_cpu_s() - busy
@@ -183,7 +184,7 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
     for runs in by_worker.values():
         runs.sort()
         gaps.append(runs[0][0] - started)
-        gaps += [b[0] - a[1] for a, b in zip(runs, runs[1:])]
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
     return {
         "report_overhead_ms_per_trial": round(1000 * statistics.mean(inside), 1),
         "gap_between_trials_ms": round(1000 * statistics.mean(gaps), 1),
