@@ -483,6 +483,31 @@ class Queue:
             self._fence(conn, claim)
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", attrs)
 
+    def move_checkpoint_pointer(
+        self, claim: Claim, key: str, pointer: dict[str, Any], meta_key: str, meta: dict[str, Any]
+    ) -> str | None:
+        """Point the trial at a new checkpoint artifact; returns the previous artifact's id."""
+        with self.storage.transaction() as conn:
+            self._fence(conn, claim)
+            previous = self._attr(conn, claim.trial_id, key)
+            self._set_attrs(
+                conn, claim.trial_id, "trial_system_attributes", {key: pointer, meta_key: meta}
+            )
+            if previous is not None:
+                self._delete_attr(conn, claim.trial_id, f"artifacts:{previous['artifact_id']}")
+        return None if previous is None else previous["artifact_id"]
+
+    def drop_checkpoint_pointer(self, trial_id: int, key: str) -> None:
+        with self.storage.transaction() as conn:
+            previous = self._attr(conn, trial_id, key)
+            if previous is not None:
+                self._delete_attr(conn, trial_id, key)
+                self._delete_attr(conn, trial_id, f"artifacts:{previous['artifact_id']}")
+
+    def trial_system_attr(self, trial_id: int, key: str) -> Any:
+        with self.storage.engine.connect() as conn:
+            return self._attr(conn, trial_id, key)
+
     # -- internals --------------------------------------------------------------------------
 
     def _holds(self, conn: Connection, claim: Claim) -> bool:
@@ -505,6 +530,21 @@ class Queue:
         if updated != 1:
             raise LeaseLost(f"trial {claim.number} was taken over by another worker")
 
+    def _attr(self, conn: Connection, trial_id: int, key: str) -> Any:
+        row = conn.execute(
+            sa.text(
+                "SELECT value_json FROM trial_system_attributes WHERE trial_id = :t AND key = :k"
+            ),
+            {"t": trial_id, "k": key},
+        ).first()
+        return None if row is None else json.loads(row[0])
+
+    def _delete_attr(self, conn: Connection, trial_id: int, key: str) -> None:
+        conn.execute(
+            sa.text("DELETE FROM trial_system_attributes WHERE trial_id = :t AND key = :k"),
+            {"t": trial_id, "k": key},
+        )
+
     def _release(self, conn: Connection, trial_id: int) -> None:
         conn.execute(
             sa.text(
@@ -513,7 +553,10 @@ class Queue:
             {"t": trial_id},
         )
         conn.execute(
-            sa.text(f"UPDATE {self._t}trial_leases SET worker_id = NULL WHERE trial_id = :t"),
+            sa.text(
+                f"UPDATE {self._t}trial_leases SET last_worker_id = worker_id, worker_id = NULL "
+                "WHERE trial_id = :t"
+            ),
             {"t": trial_id},
         )
 

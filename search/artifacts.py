@@ -1,0 +1,225 @@
+"""Checkpoints every worker can reach, as Optuna artifacts (so optuna-dashboard lists them).
+
+Two artifact stores, both implementing Optuna's `ArtifactStore` protocol:
+
+- `DatabaseArtifactStore`: the study's own database (default on PostgreSQL), in chunks, one
+  transaction per artifact. Several machines need nothing but the database URL.
+- `DirectoryArtifactStore`: a directory (a shared volume, NFS; default beside a SQLite file);
+  each artifact is written to a temporary file, fsync'ed and renamed into place.
+
+`TrialCheckpoints` is the trainer's `CheckpointStore` for one trial. Each save writes a new
+artifact, then moves the trial's pointer to it (system attribute ``hpsearch:checkpoint``, plus
+Optuna's ``artifacts:<id>`` entry for the dashboard) in one transaction that checks the worker
+still holds the trial, then deletes the previous artifact. A kill at any moment leaves the
+pointer on a complete checkpoint; a worker that lost its trial cannot move the pointer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import sqlalchemy as sa
+from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
+from optuna.artifacts.exceptions import ArtifactNotFound
+
+from search.dispatch import Claim, Queue
+from search.storage import Storage
+from trainer.checkpoint import CheckpointStore
+
+__all__ = [
+    "POINTER_ATTR",
+    "ArtifactStore",
+    "DatabaseArtifactStore",
+    "DirectoryArtifactStore",
+    "TrialCheckpoints",
+    "artifact_store_for",
+]
+
+logger = logging.getLogger("search.artifacts")
+
+POINTER_ATTR = "hpsearch:checkpoint"
+"""Trial system attribute: the artifact holding the trial's latest checkpoint."""
+
+
+class ArtifactStore(Protocol):
+    """Optuna's artifact store protocol (optuna.artifacts)."""
+
+    def open_reader(self, artifact_id: str) -> BinaryIO: ...
+    def write(self, artifact_id: str, content_body: BinaryIO) -> None: ...
+    def remove(self, artifact_id: str) -> None: ...
+
+
+class DatabaseArtifactStore:
+    """Artifacts in the study database (table `hpsearch.artifacts`), in chunks.
+
+    PostgreSQL caps one bytea value at 1 GB; chunks of 32 MiB keep memory flat for checkpoints
+    of any size. Writing an artifact is one transaction: readers see all of it or nothing.
+    """
+
+    chunk_bytes = 32 << 20
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self._t = "hpsearch." if storage.is_postgres else ""
+
+    def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id = :a"),
+                {"a": artifact_id},
+            )
+            chunk = 0
+            while True:
+                data = content_body.read(self.chunk_bytes)
+                if not data and chunk > 0:
+                    break
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO {self._t}artifacts (artifact_id, chunk, data) "
+                        "VALUES (:a, :c, :d)"
+                    ),
+                    {"a": artifact_id, "c": chunk, "d": data},
+                )
+                chunk += 1
+                if len(data) < self.chunk_bytes:
+                    break
+
+    def open_reader(self, artifact_id: str) -> BinaryIO:
+        # Spooled: small checkpoints stay in memory, big ones go to a temporary file.
+        out = tempfile.SpooledTemporaryFile(max_size=256 << 20)  # noqa: SIM115 (returned open)
+        found = False
+        with self.storage.engine.connect() as conn:
+            rows = conn.execution_options(stream_results=True, max_row_buffer=2).execute(
+                sa.text(
+                    f"SELECT data FROM {self._t}artifacts WHERE artifact_id = :a ORDER BY chunk"
+                ),
+                {"a": artifact_id},
+            )
+            for (data,) in rows:
+                out.write(data)
+                found = True
+        if not found:
+            out.close()
+            raise ArtifactNotFound(f"no artifact {artifact_id!r} in the database")
+        out.seek(0)
+        return out  # type: ignore[return-value]
+
+    def remove(self, artifact_id: str) -> None:
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id = :a"),
+                {"a": artifact_id},
+            )
+
+    def remove_prefix(self, prefix: str) -> None:
+        """Delete every artifact whose id starts with `prefix` (a finished trial's leftovers)."""
+        with self.storage.transaction() as conn:
+            conn.execute(
+                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id LIKE :p"),
+                {"p": prefix.replace("%", r"\%").replace("_", r"\_") + "%"},
+            )
+
+
+class DirectoryArtifactStore(FileSystemArtifactStore):
+    """Optuna's FileSystemArtifactStore, made crash-safe: temp file, fsync, rename."""
+
+    def __init__(self, base_path: str | os.PathLike[str]) -> None:
+        self.path = Path(base_path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        super().__init__(self.path)
+
+    def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+        target = self._get_filepath(artifact_id)
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(content_body, out, 1 << 20)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def remove(self, artifact_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError, ArtifactNotFound):
+            super().remove(artifact_id)
+
+    def remove_prefix(self, prefix: str) -> None:
+        for path in self.path.glob(f"{prefix}*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def artifact_store_for(storage: Storage, directory: str | None) -> ArtifactStore:
+    """A directory if one is given, else the database on PostgreSQL, else beside the SQLite file."""
+    if directory:
+        return DirectoryArtifactStore(directory)
+    if storage.is_postgres:
+        return DatabaseArtifactStore(storage)
+    db = storage.sqlite_path()
+    assert db is not None
+    return DirectoryArtifactStore(db.with_name(db.name + ".artifacts"))
+
+
+class TrialCheckpoints(CheckpointStore):
+    """The latest checkpoint of one held trial, in an artifact store."""
+
+    def __init__(self, store: ArtifactStore, queue: Queue, claim: Claim, study_name: str) -> None:
+        self.store, self.queue, self.claim = store, queue, claim
+        self.prefix = f"ckpt-{queue.study_id}-{claim.number}-"
+        self.filename = f"{study_name}-trial-{claim.number}-checkpoint.pt"
+
+    def write(self, data: BinaryIO) -> None:
+        artifact_id = f"{self.prefix}{uuid.uuid4().hex[:12]}"
+        started = time.monotonic()
+        self.store.write(artifact_id, data)
+        meta = ArtifactMeta(artifact_id, self.filename, "application/octet-stream", None)
+        pointer = {
+            "artifact_id": artifact_id,
+            "bytes": data.tell(),
+            "saved_by": self.queue.worker_id,
+            "write_s": round(time.monotonic() - started, 3),
+        }
+        try:
+            previous = self.queue.move_checkpoint_pointer(
+                self.claim, POINTER_ATTR, pointer, f"artifacts:{artifact_id}", asdict(meta)
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.store.remove(artifact_id)
+            raise
+        if previous:
+            with contextlib.suppress(Exception):  # a leftover costs space, removed at the end
+                self.store.remove(previous)
+
+    def open(self) -> BinaryIO | None:
+        pointer = self.queue.trial_system_attr(self.claim.trial_id, POINTER_ATTR)
+        if pointer is None:
+            return None
+        try:
+            return self.store.open_reader(pointer["artifact_id"])
+        except ArtifactNotFound:
+            logger.warning(
+                "trial %d: its checkpoint %s is missing from the artifact store; starting over",
+                self.claim.number,
+                pointer["artifact_id"],
+            )
+            return None
+
+    def discard(self) -> None:
+        """Delete the trial's checkpoints (the trial is finished)."""
+        self.queue.drop_checkpoint_pointer(self.claim.trial_id, POINTER_ATTR)
+        remove_prefix = getattr(self.store, "remove_prefix", None)
+        if remove_prefix is not None:
+            remove_prefix(self.prefix)

@@ -1,0 +1,111 @@
+"""Checkpoints as artifacts: chunked in the database, crash-safe on disk, fenced by the lease."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import optuna
+import pytest
+from optuna.artifacts import download_artifact, get_all_artifact_meta
+from optuna.artifacts.exceptions import ArtifactNotFound
+
+from search.artifacts import (
+    DatabaseArtifactStore,
+    DirectoryArtifactStore,
+    TrialCheckpoints,
+    artifact_store_for,
+)
+from search.dispatch import LeaseLost, Queue
+from search.storage import open_storage
+from search.study import create_study
+from tests.search.test_dispatch import make_config
+
+
+def test_database_store_round_trips_in_chunks(pg_url: str) -> None:
+    storage = open_storage(pg_url)
+    from search.migrate import upgrade
+
+    upgrade(storage)
+    store = DatabaseArtifactStore(storage)
+    store.chunk_bytes = 1000  # several chunks, and a last one that is full
+    payload = os.urandom(3000)
+    store.write("a1", io.BytesIO(payload))
+    with store.open_reader("a1") as fh:
+        assert fh.read() == payload
+    store.write("a1", io.BytesIO(b"short"))  # replaced, not appended
+    with store.open_reader("a1") as fh:
+        assert fh.read() == b"short"
+    store.write("empty", io.BytesIO(b""))
+    with store.open_reader("empty") as fh:
+        assert fh.read() == b""
+    store.remove("a1")
+    with pytest.raises(ArtifactNotFound):
+        store.open_reader("a1")
+
+
+def test_directory_store_never_leaves_a_partial_file(tmp_path) -> None:
+    store = DirectoryArtifactStore(tmp_path / "ckpt")
+
+    class Exploding(io.BytesIO):
+        def read(self, n: int = -1) -> bytes:
+            if self.tell() > 0:
+                raise OSError("disk full")
+            return super().read(4)
+
+    with pytest.raises(OSError, match="disk full"):
+        store.write("x", Exploding(b"0123456789"))
+    assert list((tmp_path / "ckpt").iterdir()) == []
+    store.write("x", io.BytesIO(b"whole"))
+    with store.open_reader("x") as fh:
+        assert fh.read() == b"whole"
+
+
+def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
+    storage_url: str, study_name: str, tmp_path
+) -> None:
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=1))
+    store = artifact_store_for(storage, None)
+    expected = DatabaseArtifactStore if storage.is_postgres else DirectoryArtifactStore
+    assert isinstance(store, expected)
+    old, new = Queue(storage, ref.study_id, "old"), Queue(storage, ref.study_id, "new")
+    for q in (old, new):
+        q.register(hostname="h", pid=1, device="cpu", grace_s=0.05)
+    trial_id, _ = old.create_trial()
+    old.enqueue_sampled(trial_id)
+    claim = old.claim()
+    assert claim is not None
+    mine = TrialCheckpoints(store, old, claim, study_name)
+    mine.write(io.BytesIO(b"epoch 1"))
+    mine.write(io.BytesIO(b"epoch 2"))
+    with mine.open() as fh:
+        assert fh.read() == b"epoch 2"
+
+    # Optuna (and so optuna-dashboard) lists exactly the latest checkpoint of the trial.
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    metas = get_all_artifact_meta(study.trials[0], storage=study._storage)
+    assert [m.filename for m in metas] == [f"{study_name}-trial-0-checkpoint.pt"]
+    download_artifact(artifact_store=store, artifact_id=metas[0].artifact_id,
+                      file_path=str(tmp_path / "dl.pt"))
+    assert (tmp_path / "dl.pt").read_bytes() == b"epoch 2"
+
+    # Declared dead and taken over: the old worker can no longer move the pointer.
+    import time
+
+    time.sleep(0.2)
+    new.heartbeat(None)
+    new.reap()
+    taken = new.claim()
+    assert taken is not None
+    theirs = TrialCheckpoints(store, new, taken, study_name)
+    with theirs.open() as fh:
+        assert fh.read() == b"epoch 2"  # the new owner resumes from the latest
+    with pytest.raises(LeaseLost):
+        mine.write(io.BytesIO(b"stale epoch 3"))
+    with theirs.open() as fh:
+        assert fh.read() == b"epoch 2"
+
+    theirs.discard()
+    assert theirs.open() is None
+    assert get_all_artifact_meta(study.trials[0], storage=study._storage) == []
