@@ -34,7 +34,8 @@ class Task:
     """Built from params (e.g. params["width"], params["dropout"])."""
 
     train_set: Dataset[Any]
-    """Map-style dataset of (input, target). A TensorDataset that fits is moved to the device once."""
+    """Map-style dataset of (input, target). A TensorDataset that fits is moved to the device
+    once; any other dataset is read through a DataLoader (in the main process)."""
 
     val_set: Dataset[Any]
     """Map-style dataset of (input, target), scored once per epoch."""
