@@ -100,10 +100,13 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--device: {exc}") from None
 
+    # The trainer's decisions (precision, resume, adaptations) go to stderr, one line each.
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("trainer: %(message)s"))
-    logging.getLogger("trainer").addHandler(handler)
-    logging.getLogger("trainer").setLevel(logging.INFO)
+    logger = logging.getLogger("trainer")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
     shown = "  ".join(f"{name}={_show(value)}" for name, value in params.items())
     print(f"{study.task.name}: {shown}", flush=True)
@@ -121,14 +124,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     finally:
         display.close()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
     summary = (
         f"{result.status}: {study.study.metric} {_show(result.metric)} after "
         f"{result.epochs_run} epoch(s) ({result.precision} on {result.device_name}, "
         f"{result.wall_seconds:.1f} s)"
     )
-    for decision in result.adapted:
-        print(f"adapted: {decision}", file=sys.stderr)
     if result.status == "completed":
         print(summary)
         return 0

@@ -117,18 +117,24 @@ def train(
     )
     try:
         where = resolve_device(device)
-    except ValueError as exc:
-        result.reason = str(exc)
+        batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
+    except (TypeError, ValueError) as exc:
+        result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        result.wall_seconds = time.perf_counter() - started
         return result
     result.device_name = device_name(where)
     result.precision, result.precision_reason = choose_precision(config.precision, where)
     log.info("precision %s (%s)", result.precision, result.precision_reason)
     reset_peak_memory(where)
-    batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
     fit = _MemoryFit(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
         grad_checkpointing=config.grad_checkpointing,
     )
+    if config.grad_accum_steps > batch_size:
+        fit.note(
+            f"grad_accum_steps {config.grad_accum_steps} is more than batch_size "
+            f"{batch_size}: {batch_size} micro-batches of 1"
+        )
     with _sigterm_flag() as sigterm:
         stops = [event for event in (stop, sigterm) if event is not None]
         while True:
@@ -171,7 +177,8 @@ def train(
                 )
                 log.error("failed: %s", result.reason)
                 break
-            log.warning("%s; resuming from the last checkpoint", decision)
+            then = "resuming from the last checkpoint" if checkpoints is not None else "restarting"
+            log.warning("%s; %s", decision, then)
     if where.type == "cuda":
         _release_memory(where)  # for the next trial in this process
     result.adapted = list(fit.adapted)
