@@ -8,9 +8,10 @@ accelerate's accumulate/backward wrappers, the divergence check, the data-order 
 and its per-step stop/checkpoint checks (no checkpoint store, as when tuning without one).
 
 They run side by side in one process, alternating (the order flips every repeat so slow drift
-of the machine does not favour one). The figure is the steady-state time per epoch: from the
-end of epoch 1 to the end of the last epoch, divided by epochs - 1, so one-time setup (task,
-accelerator, first-touch allocations) is left out of both; the setup is printed apart.
+of the machine does not favour one). The figure is the steady-state time per epoch: the median
+of the epoch times after epoch 1, so one-time setup (task, accelerator, first-touch
+allocations) is left out of both. Wall-clock seconds are the figure; the process CPU seconds
+per epoch are printed too, being less disturbed by other work on a shared machine.
 
     python bench/trainer_overhead.py                    # fp32, width 64, depth 3, batch 64
     python bench/trainer_overhead.py --precision bf16   # both loops under bf16 autocast
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import platform
 import statistics
 import sys
@@ -37,9 +39,21 @@ from trainer.loop import WARMUP_FRACTION
 from trainer.tasks.digits import make_task
 
 
+def _clock() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _per_epoch(epoch_ends: list[tuple[float, float]]) -> tuple[float, float]:
+    """Median (wall, CPU) seconds of the epochs after the first."""
+    pairs = list(itertools.pairwise(epoch_ends))
+    return (
+        statistics.median(b[0] - a[0] for a, b in pairs),
+        statistics.median(b[1] - a[1] for a, b in pairs),
+    )
+
+
 def plain_loop(params: dict, epochs: int, seed: int, precision: str) -> tuple[float, float]:
-    """The textbook loop; returns (setup seconds, steady-state seconds per epoch)."""
-    started = time.perf_counter()
+    """The textbook loop; returns steady-state (wall, CPU) seconds per epoch."""
     torch.manual_seed(seed)
     task = make_task(params)
     model = task.model
@@ -65,7 +79,6 @@ def plain_loop(params: dict, epochs: int, seed: int, precision: str) -> tuple[fl
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
     generator = torch.Generator().manual_seed(seed)
     epoch_ends = []
-    setup = time.perf_counter() - started
     for _ in range(epochs):
         model.train()
         order = torch.randperm(len(y_train), generator=generator)
@@ -81,24 +94,22 @@ def plain_loop(params: dict, epochs: int, seed: int, precision: str) -> tuple[fl
         with torch.no_grad(), autocast:
             outputs = torch.cat([model(x_val[a : a + batch]) for a in range(0, len(y_val), batch)])
         task.metric_fn(outputs.float(), y_val)
-        epoch_ends.append(time.perf_counter())
-    return setup, statistics.median(b - a for a, b in itertools.pairwise(epoch_ends))
+        epoch_ends.append(_clock())
+    return _per_epoch(epoch_ends)
 
 
 def trainer_loop(params: dict, epochs: int, seed: int, precision: str) -> tuple[float, float]:
-    """`trainer.train` on the same work; returns (setup seconds, steady-state s/epoch)."""
-    epoch_ends: list[float] = []
-    started = time.perf_counter()
+    """`trainer.train` on the same work; returns steady-state (wall, CPU) seconds per epoch."""
+    epoch_ends: list[tuple[float, float]] = []
     result = train(
         make_task,
         params,
         TrainConfig(epochs=epochs, precision=precision, seed=seed),
-        report=lambda epoch, metric: epoch_ends.append(time.perf_counter()) and False,
+        report=lambda epoch, metric: epoch_ends.append(_clock()) and False,
         device="cpu",
     )
     assert result.status == "completed", result.reason
-    steady = statistics.median(b - a for a, b in itertools.pairwise(epoch_ends))
-    return epoch_ends[0] - started - steady, steady
+    return _per_epoch(epoch_ends)
 
 
 def main() -> None:
@@ -122,37 +133,39 @@ def main() -> None:
         "dropout": 0.1,
     }
     runners = {"plain": plain_loop, "trainer": trainer_loop}
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    setups: dict[str, list[float]] = {name: [] for name in runners}
+    wall: dict[str, list[float]] = {name: [] for name in runners}
+    cpu: dict[str, list[float]] = {name: [] for name in runners}
     trainer_loop(params, 2, 0, args.precision)  # warm-up: imports, first-touch allocations
     for repeat in range(args.repeats):
         names = list(runners) if repeat % 2 == 0 else list(reversed(runners))
         for name in names:
-            setup, per_epoch = runners[name](params, args.epochs, repeat, args.precision)
-            times[name].append(per_epoch)
-            setups[name].append(setup)
-    ratios = [t / p for t, p in zip(times["trainer"], times["plain"], strict=True)]
+            seconds, cpu_seconds = runners[name](params, args.epochs, repeat, args.precision)
+            wall[name].append(seconds)
+            cpu[name].append(cpu_seconds)
 
+    n_params = sum(p.numel() for p in make_task(params).model.parameters())
     print(
-        f"machine: {platform.processor() or platform.machine()}, "
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}"
     )
     print(
-        f"model: digits CNN width {args.width}, depth {args.depth}, "
-        f"{sum(p.numel() for p in make_task(params).model.parameters()):,} parameters; "
-        f"batch {args.batch_size}, {args.precision}, {args.epochs} epochs x "
-        f"{args.repeats} repeats"
+        f"model: digits CNN width {args.width}, depth {args.depth}, {n_params:,} parameters; "
+        f"batch {args.batch_size}, {args.precision}, {args.epochs} epochs x {args.repeats} "
+        "repeats (seed = repeat)"
     )
     for name in runners:
         print(
-            f"{name:8s} {statistics.mean(times[name]):.4f} s/epoch "
-            f"(sd {statistics.stdev(times[name]):.4f}); setup "
-            f"{statistics.mean(setups[name]):.3f} s"
+            f"{name:8s} {statistics.mean(wall[name]):.4f} s/epoch "
+            f"(sd {statistics.stdev(wall[name]):.4f}); "
+            f"CPU {statistics.mean(cpu[name]):.4f} s/epoch (sd {statistics.stdev(cpu[name]):.4f})"
         )
-    print(
-        f"ratio trainer/plain: mean {statistics.mean(ratios):.3f}, "
-        f"sd {statistics.stdev(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}"
-    )
+    for label, seconds in (("wall", wall), ("CPU", cpu)):
+        ratios = [t / p for t, p in zip(seconds["trainer"], seconds["plain"], strict=True)]
+        print(
+            f"ratio trainer/plain ({label}): mean {statistics.mean(ratios):.3f}, "
+            f"sd {statistics.stdev(ratios):.3f}, median {statistics.median(ratios):.3f}, "
+            f"min {min(ratios):.3f}, max {max(ratios):.3f}"
+        )
 
 
 if __name__ == "__main__":

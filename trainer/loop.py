@@ -275,7 +275,7 @@ def _fit(
         if checkpoints is None:
             return False
         last_save = time.monotonic()
-        state = {
+        checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
             "model": model.state_dict(),
@@ -299,7 +299,7 @@ def _fit(
             "rng": _rng_state(),
         }
         try:
-            result.checkpoint_bytes = checkpoints.save(state)
+            result.checkpoint_bytes = checkpoints.save(checkpoint)
         except Exception as exc:  # e.g. a shared store briefly unreachable: costs one interval
             log.warning(
                 "checkpoint at epoch %d step %d not saved (%s: %s); training goes on",
