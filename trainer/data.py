@@ -32,8 +32,8 @@ FINGERPRINT_SAMPLES = 64
 
 
 def preload(dataset: Dataset[Any], device: torch.device) -> tuple[torch.Tensor, ...] | None:
-    """The dataset's tensors on `device` if it is a TensorDataset that fits there, else None."""
-    if not isinstance(dataset, TensorDataset):
+    """(inputs, targets) on `device` if the dataset is such a TensorDataset that fits there."""
+    if not isinstance(dataset, TensorDataset) or len(dataset.tensors) != 2:
         return None
     if device.type == "cuda":
         size = sum(t.nbytes for t in dataset.tensors)
