@@ -100,7 +100,12 @@ class TrainData:
             return
         samplers = [order[a:b].tolist() for split in splits.values() for a, b, _ in split]
         loader = iter(
-            DataLoader(self.dataset, batch_sampler=samplers, pin_memory=self.device.type == "cuda")
+            DataLoader(
+                self.dataset,
+                batch_sampler=samplers,
+                pin_memory=self.device.type == "cuda",
+                generator=_own_generator(),
+            )
         )
         for step, split in splits.items():
             batch = []
@@ -133,7 +138,9 @@ def eval_batches(
         for a in range(0, len(targets), batch_size):
             yield inputs[a : a + batch_size], targets[a : a + batch_size]
         return
-    loader = DataLoader(dataset, batch_size=batch_size, pin_memory=device.type == "cuda")
+    loader = DataLoader(
+        dataset, batch_size=batch_size, pin_memory=device.type == "cuda", generator=_own_generator()
+    )
     for inputs, targets in loader:
         yield _to(inputs, device), _to(targets, device)
 
@@ -166,6 +173,12 @@ def _hash_tensor(digest: Any, tensor: torch.Tensor) -> None:
     digest.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
     flat = tensor.detach().cpu().contiguous().reshape(-1)
     digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+
+
+def _own_generator() -> torch.Generator:
+    """A DataLoader draws a seed for its workers from this, else from torch's global RNG: that
+    would shift the dropout masks, and differently in a run resumed mid-epoch."""
+    return torch.Generator().manual_seed(0)
 
 
 def _to(value: Any, device: torch.device) -> Any:

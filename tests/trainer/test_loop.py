@@ -53,6 +53,47 @@ def test_same_seed_same_run_and_another_seed_another_run(tmp_path: Any) -> None:
     assert not torch.equal(weights(stores[0])["head.3.weight"], weights(stores[2])["head.3.weight"])
 
 
+def test_a_plain_map_style_dataset_trains_like_the_tensor_dataset(tmp_path: Any) -> None:
+    class Items(torch.utils.data.Dataset):
+        def __init__(self, tensors: torch.utils.data.TensorDataset) -> None:
+            self.tensors = tensors
+
+        def __len__(self) -> int:
+            return len(self.tensors)
+
+        def __getitem__(self, i: int) -> Any:
+            return self.tensors[i]
+
+    class ItemsTask(ToyTask):
+        def __call__(self, params: dict[str, Any]) -> Any:
+            task = super().__call__(params)
+            task.train_set, task.val_set = Items(task.train_set), Items(task.val_set)
+            return task
+
+    names = ("tensors", "items", "items-resumed")
+    stores = [DirectoryCheckpointStore(tmp_path / name) for name in names]
+    config = TrainConfig(epochs=2, grad_accum_steps=2)
+    preloaded = train(ToyTask(), _params(dropout=0.1), config, checkpoints=stores[0])
+    loaded = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[1])
+    assert loaded.status == "completed" and loaded.metrics == preloaded.metrics
+    assert_same_weights(weights(stores[0]), weights(stores[1]))
+    # Stopped in the middle of epoch 2 and resumed: the same batches and dropout masks.
+    stop = threading.Event()
+    stopped = train(
+        ItemsTask(),
+        _params(dropout=0.1),
+        config,
+        checkpoints=stores[2],
+        stop=stop,
+        progress=lambda e, s, n, loss: (e, s) == (2, 1) and stop.set(),
+    )
+    assert stopped.status == "preempted"
+    resumed = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[2])
+    assert resumed.resumed_from == {"epoch": 1, "step": 1}
+    assert resumed.metrics == preloaded.metrics
+    assert_same_weights(weights(stores[0]), weights(stores[2]))
+
+
 # --- accumulation and counters ---------------------------------------------------------------
 
 
