@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import ToyTask, assert_same_weights, weights
-from trainer import DirectoryCheckpointStore, TrainConfig, TrainResult, train
+from trainer import DirectoryCheckpointStore, TrainConfig, train
 from trainer.tasks.digits import make_task as digits
 
 DIGITS = {"lr": 3e-3, "batch_size": 64, "width": 8, "dropout": 0.1}
@@ -445,7 +445,3 @@ def test_out_of_memory_at_micro_batch_one_fails_with_a_clear_reason() -> None:
     assert result.status == "failed"
     assert result.reason.startswith("out of memory at micro-batch 1 (batch_size 4, ")
     assert len(result.adapted) == 3  # checkpointing, then 4 -> 2 -> 1
-
-
-def test_result_type() -> None:
-    assert isinstance(train(ToyTask(), _params(), TrainConfig(epochs=1)), TrainResult)
