@@ -32,10 +32,12 @@ class TrainConfig:
     """Micro-batches per optimizer step; the micro-batch is batch_size / grad_accum_steps."""
 
     grad_checkpointing: bool = False
-    """Recompute activations in the backward pass instead of keeping them (less memory, ~30% slower)."""
+    """Recompute activations in the backward pass instead of keeping them (less memory, ~30%
+    slower). Also turned on by the trainer after an out-of-memory error, if the model can."""
 
     checkpoint_every_s: float = 300.0
-    """Seconds between mid-epoch checkpoints; one is also written at every epoch end and on SIGTERM."""
+    """Seconds between mid-epoch checkpoints; one is also written at every epoch end and on
+    SIGTERM."""
 
     optimizer: Optimizer = "adamw"
     """adamw or sgd (with Nesterov momentum 0.9)."""

@@ -31,16 +31,23 @@ class Task:
     """
 
     model: torch.nn.Module
-    """Built from params (e.g. params["width"], params["dropout"])."""
+    """Built from params (e.g. params["width"], params["dropout"]). The trainer seeds torch
+    before calling the factory, so the same seed gives the same initial weights. A model with a
+    boolean attribute ``grad_checkpointing`` (or a ``gradient_checkpointing_enable()`` method)
+    gets gradient checkpointing from ``[train] grad_checkpointing`` and after an out-of-memory
+    error. Prefer GroupNorm/LayerNorm to BatchNorm: with BatchNorm, accumulating micro-batches
+    is not the same maths as one large batch."""
 
     train_set: Dataset[Any]
-    """Map-style dataset of (input, target). A TensorDataset that fits is moved to the device once."""
+    """Map-style dataset of (input, target). A TensorDataset that fits is moved to the device
+    once; any other dataset is read through a DataLoader (in the main process)."""
 
     val_set: Dataset[Any]
     """Map-style dataset of (input, target), scored once per epoch."""
 
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    """(outputs, targets) -> scalar loss tensor."""
+    """(outputs, targets) -> scalar loss tensor: the MEAN over the batch (as PyTorch's losses
+    do by default), which accumulation over micro-batches relies on."""
 
     metric_fn: Callable[[torch.Tensor, torch.Tensor], float]
     """(outputs, targets) -> float, on the whole validation set's outputs at once."""

@@ -1,0 +1,652 @@
+"""`train`: one configuration of one task, trained for `config.epochs` epochs, restartable.
+
+`_fit` is the training loop, one function read top to bottom: build the task, resume from the
+checkpoint if it is this run's, then epochs of optimizer steps, each ending with validate ->
+checkpoint -> report. Accelerate does mixed precision and gradient accumulation. `train` wraps
+it with what ends an attempt: an out-of-memory error (adapt, then resume), a non-finite loss
+(diverged), any other error (failed), SIGTERM or `stop` (checkpoint, preempted).
+
+Example::
+
+    from trainer import DirectoryCheckpointStore, TrainConfig, resolve_task, train
+
+    result = train(resolve_task("digits"), {"lr": 3e-3, "width": 16}, TrainConfig(epochs=3),
+                   checkpoints=DirectoryCheckpointStore("checkpoints/trial-0"))
+    print(result.status, result.metrics)   # run it again: it resumes, re-reports epoch 3, done
+
+Caveat: accelerate keeps its state in process-wide singletons, which `train` resets when it
+starts: run one `train` at a time in a process (a worker runs its trials one after another).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import logging
+import math
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import accelerate.optimizer
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+
+from trainer.checkpoint import CheckpointError, CheckpointStore, run_fingerprint
+from trainer.config import TrainConfig
+from trainer.data import TrainData, eval_batches, preload
+from trainer.device import (
+    choose_precision,
+    device_name,
+    peak_memory,
+    reset_peak_memory,
+    resolve_device,
+)
+from trainer.result import TrainResult
+from trainer.task import Task, TaskFactory
+
+__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
+
+log = logging.getLogger("trainer")
+
+DEFAULT_LR = 1e-3
+"""Peak learning rate when params have no "lr"."""
+DEFAULT_WEIGHT_DECAY = 0.0
+"""Decoupled (AdamW) or L2 (SGD) weight decay when params have no "weight_decay"."""
+DEFAULT_BATCH_SIZE = 64
+"""Samples per optimizer step when params have no "batch_size" (the effective batch: it is
+split into grad_accum_steps micro-batches)."""
+WARMUP_FRACTION = 0.05
+"""Share of all optimizer steps over which the learning rate rises linearly from ~0 to its peak;
+a cosine decay to 0 over the rest follows."""
+SGD_MOMENTUM = 0.9
+"""Nesterov momentum of optimizer = "sgd"."""
+LOSS_CHECK_EVERY_ON_GPU = 16
+"""Micro-batches between two reads of the loss on a GPU. Reading a loss makes the CPU wait for
+the GPU; doing it every step would drain the kernel queue each time. A diverged run on a GPU so
+stops within this many micro-batches; on the CPU, which runs synchronously, it stops at once."""
+CHECKPOINT_FORMAT = 1
+
+ProgressFn = Callable[[int, int, int, float], None]
+"""Called after each optimizer step with (epoch, step, steps_per_epoch, loss), epoch and step
+1-based; loss is the last micro-batch loss read back (NaN before the first)."""
+
+
+def train(
+    task_factory: TaskFactory,
+    params: dict[str, Any],
+    config: TrainConfig,
+    *,
+    report: Callable[[int, float], bool] | None = None,
+    checkpoints: CheckpointStore | None = None,
+    device: str | None = None,
+    stop: threading.Event | None = None,
+    progress: ProgressFn | None = None,
+) -> TrainResult:
+    """Train one configuration of one task; never raises for the task's failures.
+
+    Args:
+        task_factory: builds the model and data from `params` (called again on each attempt).
+        params: the trial's hyperparameters. The trainer reads ``lr``, ``weight_decay`` and
+            ``batch_size`` (the effective batch) when present; all go to the factory.
+        config: epochs, precision, accumulation, checkpointing, optimizer and seed.
+        report: called after each epoch's checkpoint with (epoch, metric), epoch 1-based;
+            returning True stops the run with status "pruned". After a resume from the end of
+            epoch k it is first called again with (k, metric of k): treat repeats as idempotent.
+        checkpoints: where this run's latest checkpoint lives; resumed from if it holds one of
+            this run (same task, params, config and data), else overwritten.
+        device: "cpu", "cuda" or "cuda:N"; None means CUDA if available, else the CPU.
+        stop: set it to preempt the run: it checkpoints before its next step and returns
+            status "preempted". SIGTERM does the same while `train` runs in the main thread.
+        progress: see `ProgressFn` (the command line draws its progress bar with it).
+
+    Raises only KeyboardInterrupt (and whatever a chained SIGTERM handler raises); everything
+    else is a status in the result: completed, pruned, diverged, failed or preempted.
+    """
+    started = time.perf_counter()
+    result = TrainResult(
+        status="failed", torch_version=torch.__version__, cuda_version=torch.version.cuda
+    )
+    try:
+        where = resolve_device(device)
+        batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
+    except (TypeError, ValueError) as exc:
+        result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        result.wall_seconds = time.perf_counter() - started
+        return result
+    result.device_name = device_name(where)
+    result.precision, result.precision_reason = choose_precision(config.precision, where)
+    log.info("precision %s (%s)", result.precision, result.precision_reason)
+    reset_peak_memory(where)
+    fit = _MemoryFit(
+        grad_accum_steps=min(config.grad_accum_steps, batch_size),
+        grad_checkpointing=config.grad_checkpointing,
+    )
+    if config.grad_accum_steps > batch_size:
+        fit.note(
+            f"grad_accum_steps {config.grad_accum_steps} is more than batch_size "
+            f"{batch_size}: {batch_size} micro-batches of 1"
+        )
+    with _sigterm_flag() as sigterm:
+        stops = [event for event in (stop, sigterm) if event is not None]
+        while True:
+            out_of_memory = None
+            try:
+                result.status = _fit(
+                    task_factory,
+                    params,
+                    config,
+                    fit,
+                    result,
+                    device=where,
+                    report=report,
+                    checkpoints=checkpoints,
+                    stops=stops,
+                    progress=progress,
+                )
+            except torch.OutOfMemoryError as exc:
+                out_of_memory = _first_line(exc)
+            except _Diverged as exc:
+                result.status, result.reason = "diverged", str(exc)
+                log.warning("diverged: %s", exc)
+            except Exception as exc:  # the task's code (or ours): the trial fails, not the worker
+                result.status = "failed"
+                result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                result.traceback = traceback.format_exc()
+                log.error("failed: %s", result.reason)
+            if out_of_memory is None:
+                break
+            # Here, out of the except block, the traceback and its frames (which hold the
+            # model, the optimizer and the batch) are gone, so their memory can be released.
+            _release_memory(where)
+            decision = fit.after_out_of_memory(out_of_memory, batch_size)
+            if decision is None:
+                result.status = "failed"
+                result.reason = (
+                    f"out of memory at micro-batch 1 (batch_size {batch_size}, grad_accum_steps "
+                    f"{fit.grad_accum_steps}, gradient checkpointing "
+                    f"{'on' if fit.grad_checkpointing else 'off'}): {out_of_memory}"
+                )
+                log.error("failed: %s", result.reason)
+                break
+            then = "resuming from the last checkpoint" if checkpoints is not None else "restarting"
+            log.warning("%s; %s", decision, then)
+    if where.type == "cuda":
+        _release_memory(where)  # for the next trial in this process
+    result.adapted = list(fit.adapted)
+    result.grad_accum_steps = fit.grad_accum_steps
+    result.grad_checkpointing = fit.grad_checkpointing
+    result.wall_seconds = time.perf_counter() - started
+    result.peak_memory_bytes, result.peak_memory_kind = peak_memory(where)
+    return result
+
+
+def _fit(
+    task_factory: TaskFactory,
+    params: dict[str, Any],
+    config: TrainConfig,
+    fit: _MemoryFit,
+    result: TrainResult,
+    *,
+    device: torch.device,
+    report: Callable[[int, float], bool] | None,
+    checkpoints: CheckpointStore | None,
+    stops: list[threading.Event],
+    progress: ProgressFn | None,
+) -> str:
+    """One attempt at the run, from its checkpoint if it has one; returns the final status."""
+    # The seed fixes the initial weights, dropout and (with the epoch) the data order.
+    _seed_everything(config.seed)
+    task: Task = task_factory(dict(params))
+    lr = float(params.get("lr", DEFAULT_LR))
+    weight_decay = float(params.get("weight_decay", DEFAULT_WEIGHT_DECAY))
+    batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
+    data = TrainData(task.train_set, batch_size=batch_size, device=device, seed=config.seed)
+    val_tensors = preload(task.val_set, device)
+    result.data_fingerprint, result.steps_per_epoch = data.fingerprint, data.steps_per_epoch
+    fingerprint = run_fingerprint(
+        _task_id(task_factory), params, _config_identity(config), data.fingerprint
+    )
+
+    # Read the checkpoint before building the accelerator: it says how the run was fitted into
+    # memory (accumulation, gradient checkpointing), and the resumed run must go on the same way.
+    state = _load_checkpoint(checkpoints, fingerprint)
+    if state is not None:
+        fit.adopt(state["train_state"])
+    model = task.model
+    fit.model_can_checkpoint = _set_grad_checkpointing(model, fit.grad_checkpointing)
+    if fit.grad_checkpointing and not fit.model_can_checkpoint:
+        fit.note(
+            f"gradient checkpointing requested, but {type(model).__name__} has no "
+            "grad_checkpointing switch: trained without it"
+        )
+    micro_batches = fit.grad_accum_steps
+    if data.size < micro_batches:
+        raise ValueError(
+            f"the training set has {data.size} samples, fewer than "
+            f"grad_accum_steps = {micro_batches}"
+        )
+    accelerator = _fresh_accelerator(result.precision, micro_batches, device)
+    model.to(device)
+    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)
+    )
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    eval_batch_size = math.ceil(batch_size / micro_batches)  # what fits for training fits here
+
+    # Loop state: `epoch` epochs are done, `step` is the next step of epoch `epoch` (0-based).
+    epoch, step, order = 0, 0, None
+    metrics: list[float] = []
+    train_losses: list[float] = []
+    optimizer_steps = 0
+    losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        if accelerator.scaler is not None and state["scaler"] is not None:
+            accelerator.scaler.load_state_dict(state["scaler"])
+        train_state = state["train_state"]
+        epoch, step = train_state["epoch"], train_state["step"]
+        optimizer_steps = train_state["optimizer_steps"]
+        metrics, train_losses = list(train_state["metrics"]), list(train_state["train_losses"])
+        losses.sum, losses.count = train_state["loss_sum"], train_state["loss_count"]
+        order = state["data"]["order"]
+        _set_rng_state(state["rng"])
+        result.resumed_from = {"epoch": epoch, "step": step}
+        log.info(
+            "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
+        )
+    # The result shares these lists, so it holds the history however the run ends.
+    result.metrics, result.train_losses = metrics, train_losses
+
+    def save_checkpoint() -> bool:
+        """Everything needed to go on exactly from here; False if the store failed."""
+        nonlocal last_save
+        if checkpoints is None:
+            return False
+        last_save = time.monotonic()
+        checkpoint = {
+            "format": CHECKPOINT_FORMAT,
+            "fingerprint": fingerprint,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
+            "train_state": {
+                "epoch": epoch,
+                "step": step,
+                "optimizer_steps": optimizer_steps,
+                "metrics": metrics,
+                "train_losses": train_losses,
+                "loss_sum": losses.sum,
+                "loss_count": losses.count,
+                "grad_accum_steps": fit.grad_accum_steps,
+                "grad_checkpointing": fit.grad_checkpointing,
+                "adapted": fit.adapted,
+                "precision": result.precision,
+            },
+            "data": {"order": order},
+            "rng": _rng_state(),
+        }
+        try:
+            result.checkpoint_bytes = checkpoints.save(checkpoint)
+        except Exception as exc:  # e.g. a shared store briefly unreachable: costs one interval
+            log.warning(
+                "checkpoint at epoch %d step %d not saved (%s: %s); training goes on",
+                epoch,
+                step,
+                type(exc).__name__,
+                _first_line(exc),
+            )
+            return False
+        result.checkpoint_seconds = time.monotonic() - last_save
+        return True
+
+    try:
+        # Resumed from the end of epoch `epoch`: the run may have stopped before its caller
+        # recorded that report, so it is made again (callers treat repeats as idempotent).
+        resumed_at_epoch_end = state is not None and order is None and epoch > 0
+        if resumed_at_epoch_end and report is not None and report(epoch, metrics[-1]):
+            return "pruned"
+        last_save = time.monotonic()
+        while epoch < config.epochs:
+            if order is None:
+                order = data.order(epoch)
+            model.train()
+            first_step = step
+            for step, batch in data.steps(order, micro_batches, start=first_step):
+                # Between two optimizer steps no gradient is half accumulated: the one place
+                # where a checkpoint is complete and the run can stop.
+                preempted = any(event.is_set() for event in stops)
+                if preempted or (
+                    checkpoints is not None
+                    and time.monotonic() - last_save >= config.checkpoint_every_s
+                ):
+                    losses.check()  # never checkpoint a run that has already diverged
+                    saved = save_checkpoint()
+                    if preempted:
+                        if not saved:
+                            result.reason = "preempted without a checkpoint: progress is lost"
+                        log.info("preempted at epoch %d step %d", epoch, step)
+                        return "preempted"
+                for inputs, targets, weight in batch:
+                    with accelerator.accumulate(model):
+                        loss = task.loss_fn(model(inputs), targets)
+                        accelerator.backward(loss if weight == 1.0 else loss * weight)
+                        optimizer.step()  # accelerate skips these until the last micro-batch
+                        scheduler.step()  # (the scheduler also after an fp16 overflow)
+                        optimizer.zero_grad(set_to_none=True)
+                    if accelerator.sync_gradients:
+                        optimizer_steps += 1
+                    losses.add(loss, epoch, step)
+                if progress is not None:
+                    progress(epoch + 1, step + 1, data.steps_per_epoch, losses.last)
+            losses.check()
+            batches = eval_batches(
+                task.val_set, val_tensors, batch_size=eval_batch_size, device=device
+            )
+            metric = _evaluate(model, task, batches)
+            metrics.append(metric)
+            train_losses.append(losses.end_epoch())
+            epoch, step, order = epoch + 1, 0, None
+            log.debug("epoch %d: metric %.4f, train loss %.4f", epoch, metric, train_losses[-1])
+            save_checkpoint()
+            if report is not None and report(epoch, metric):
+                log.info("pruned after epoch %d", epoch)
+                return "pruned"
+        return "completed"
+    finally:
+        result.optimizer_steps = optimizer_steps
+        result.scheduler_steps = scheduler.scheduler.last_epoch
+
+
+@dataclass(kw_only=True)
+class _MemoryFit:
+    """How the run is fitted into memory: changed only after an out-of-memory error, recorded
+    in every checkpoint so that a resumed run (on any machine) goes on the same way."""
+
+    grad_accum_steps: int
+    """Micro-batches per optimizer step."""
+    grad_checkpointing: bool
+    adapted: list[str] = field(default_factory=list)
+    """Each decision, in words, oldest first (TrainResult.adapted)."""
+    model_can_checkpoint: bool = False
+    """Whether the model has a gradient checkpointing switch (known once it is built)."""
+
+    def after_out_of_memory(self, error: str, batch_size: int) -> str | None:
+        """Adapt for the next attempt and return the decision, or None if nothing is left.
+
+        First gradient checkpointing (if the model has it), then half the micro-batch and
+        twice the accumulation: the effective batch, and so the run's maths, stay the same.
+        """
+        micro = math.ceil(batch_size / self.grad_accum_steps)
+        if self.model_can_checkpoint and not self.grad_checkpointing:
+            self.grad_checkpointing = True
+            decision = (
+                f"out of memory at micro-batch {micro} ({error}): gradient checkpointing turned on"
+            )
+        elif micro > 1:
+            before = self.grad_accum_steps
+            self.grad_accum_steps = min(batch_size, 2 * before)
+            decision = (
+                f"out of memory at micro-batch {micro} ({error}): micro-batch {micro} -> "
+                f"{math.ceil(batch_size / self.grad_accum_steps)}, grad_accum_steps {before} -> "
+                f"{self.grad_accum_steps} (effective batch {batch_size} unchanged)"
+            )
+        else:
+            return None
+        self.adapted.append(decision)
+        return decision
+
+    def adopt(self, saved: dict[str, Any]) -> None:
+        """Take the checkpoint's fitting unless this process has adapted further since."""
+        if len(saved["adapted"]) >= len(self.adapted):
+            self.grad_accum_steps = saved["grad_accum_steps"]
+            self.grad_checkpointing = saved["grad_checkpointing"]
+            self.adapted = list(saved["adapted"])
+
+    def note(self, decision: str) -> None:
+        if decision not in self.adapted:
+            log.warning("%s", decision)
+            self.adapted.append(decision)
+
+
+class _Diverged(Exception):
+    """A non-finite loss: the message says where and what value."""
+
+
+class _LossWatch:
+    """Micro-batch losses: checked for NaN/inf, and averaged per epoch.
+
+    Losses stay on the device and are read back in one transfer every `every` micro-batches
+    (see LOSS_CHECK_EVERY_ON_GPU), and at every checkpoint and epoch end.
+    """
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.pending: list[tuple[torch.Tensor, int, int]] = []
+        self.sum, self.count, self.last = 0.0, 0, math.nan
+
+    def add(self, loss: torch.Tensor, epoch: int, step: int) -> None:
+        self.pending.append((loss.detach(), epoch, step))
+        if len(self.pending) >= self.every:
+            self.check()
+
+    def check(self) -> None:
+        """Read the pending losses; raise _Diverged at the first non-finite one."""
+        if not self.pending:
+            return
+        if len(self.pending) == 1:
+            values = [self.pending[0][0].item()]
+        else:
+            values = torch.stack([loss for loss, _, _ in self.pending]).float().tolist()
+        for value, (_, epoch, step) in zip(values, self.pending, strict=True):
+            if not math.isfinite(value):
+                raise _Diverged(f"loss is {value} at epoch {epoch + 1}, step {step + 1}")
+        self.pending.clear()
+        self.sum += math.fsum(values)
+        self.count += len(values)
+        self.last = values[-1]
+
+    def end_epoch(self) -> float:
+        """The epoch's mean loss; starts the next epoch's."""
+        self.check()
+        mean = self.sum / max(1, self.count)
+        self.sum, self.count = 0.0, 0
+        return mean
+
+
+def _fresh_accelerator(precision: str, grad_accum_steps: int, device: torch.device) -> Accelerator:
+    # AcceleratorState and GradientState are process-wide singletons, and AcceleratorState
+    # refuses a second Accelerator with another mixed precision. A worker trains many trials
+    # in one process, each with its own precision and accumulation, so each starts from a clean
+    # state (the reset accelerate's own test suite does between tests).
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    # AcceleratedOptimizer.step asks importlib whether the `lomo_optim` package is installed,
+    # twice per call and uncached (accelerate 1.x): ~60 µs a step, 5% of a small model's step
+    # on a CPU. Whether a package is installed does not change during a run: ask once.
+    check = getattr(accelerate.optimizer, "is_lomo_available", None)
+    if check is not None and not hasattr(check, "cache_info"):
+        accelerate.optimizer.is_lomo_available = functools.cache(check)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # accelerate uses the current device for autocast and scaler
+    return Accelerator(
+        mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
+        gradient_accumulation_steps=grad_accum_steps,
+        cpu=device.type == "cpu",
+        device_placement=False,  # the trainer places model and data itself (data only once)
+    )
+
+
+def _make_optimizer(
+    name: str, model: torch.nn.Module, lr: float, weight_decay: float
+) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(
+            model.parameters(),
+            lr=lr,
+            momentum=SGD_MOMENTUM,
+            nesterov=True,
+            weight_decay=weight_decay,
+        )
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+
+def _warmup_cosine(total_steps: int) -> Callable[[int], float]:
+    """Learning-rate factor per optimizer step: linear warmup, then cosine decay to 0."""
+    warmup = max(1, round(WARMUP_FRACTION * total_steps))
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        done = (step - warmup) / max(1, total_steps - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, done)))
+
+    return factor
+
+
+@torch.no_grad()
+def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, Any]]) -> float:
+    """The task's metric over the whole validation set's outputs at once."""
+    model.eval()
+    outputs, targets = [], []
+    for inputs, target in batches:
+        outputs.append(model(inputs))
+        targets.append(target)
+    return float(task.metric_fn(torch.cat(outputs), torch.cat(targets)))
+
+
+def _set_grad_checkpointing(model: torch.nn.Module, on: bool) -> bool:
+    """Switch gradient checkpointing; False if the model has no switch.
+
+    A model has one if it has a boolean attribute ``grad_checkpointing`` (the built-in models)
+    or, for turning it on, a ``gradient_checkpointing_enable()`` method (Hugging Face models).
+    """
+    if hasattr(model, "grad_checkpointing"):
+        model.grad_checkpointing = on
+        return True
+    if hasattr(model, "gradient_checkpointing_enable"):
+        if on:
+            model.gradient_checkpointing_enable()
+        return True
+    return False
+
+
+def _load_checkpoint(checkpoints: CheckpointStore | None, fingerprint: str) -> dict | None:
+    """The store's checkpoint if it belongs to this run; otherwise None (and say why)."""
+    if checkpoints is None:
+        return None
+    try:
+        state = checkpoints.load()
+    except CheckpointError as exc:
+        log.warning("%s: %s; starting from scratch", checkpoints, exc)
+        return None
+    if state is None:
+        return None
+    if state.get("format") != CHECKPOINT_FORMAT or state.get("fingerprint") != fingerprint:
+        log.warning(
+            "%s holds a checkpoint of another run (fingerprint %s, this run %s): ignoring it "
+            "and starting from scratch",
+            checkpoints,
+            state.get("fingerprint"),
+            fingerprint,
+        )
+        return None
+    return state
+
+
+def _task_id(task_factory: TaskFactory) -> str:
+    module = getattr(task_factory, "__module__", None) or type(task_factory).__module__
+    name = getattr(task_factory, "__qualname__", None) or type(task_factory).__qualname__
+    return f"{module}:{name}"
+
+
+def _config_identity(config: TrainConfig) -> dict[str, Any]:
+    """The config fields that change the run's result (how often it checkpoints does not)."""
+    return {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # every device's generator
+
+
+def _rng_state() -> dict[str, Any]:
+    """Every RNG the run draws from, in weights_only-loadable form (no numpy arrays)."""
+    version, internal, gauss = random.getstate()
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    return {
+        "python": [version, list(internal), gauss],
+        "numpy": [
+            name,
+            torch.from_numpy(keys.astype(np.int64)),
+            position,
+            has_gauss,
+            cached_gaussian,
+        ],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state(
+        (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
+    )
+    torch.set_rng_state(state["torch"])
+    # A checkpoint from a machine with other GPUs (or none) restores the CPU generators only.
+    if (
+        state["cuda"]
+        and torch.cuda.is_available()
+        and len(state["cuda"]) == torch.cuda.device_count()
+    ):
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def _sigterm_flag() -> Iterator[threading.Event | None]:
+    """While `train` runs in the main thread, SIGTERM sets a flag that the loop checks before
+    each step (a handler runs between two bytecodes of the loop: it must not save by itself).
+    A previous Python handler (the worker's) still runs; it is restored on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None  # only the main thread may install signal handlers
+        return
+    flag = threading.Event()
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        flag.set()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _release_memory(device: torch.device) -> None:
+    gc.collect()  # the accelerator and its wrappers hold reference cycles
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,0 +1,104 @@
+"""What `trainer.train` tells its caller about one run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Status", "TrainResult"]
+
+Status = Literal["completed", "pruned", "diverged", "failed", "preempted"]
+
+
+@dataclass(kw_only=True)
+class TrainResult:
+    """The outcome of one `trainer.train` call.
+
+    `metrics` is the whole history, including epochs trained before a resume, so a resumed run
+    reports the same list as an uninterrupted one.
+    """
+
+    status: Status
+    """completed | pruned (report returned True) | diverged (non-finite loss) | failed (an error,
+    see `reason` and `traceback`) | preempted (SIGTERM or `stop`: checkpointed, resume later)."""
+
+    metrics: list[float] = field(default_factory=list)
+    """The validation metric after each epoch: index 0 is epoch 1."""
+
+    train_losses: list[float] = field(default_factory=list)
+    """Mean training loss of each epoch (over its micro-batches)."""
+
+    precision: str = ""
+    """bf16 | fp16 | fp32: what the run used (``auto`` resolved, fallbacks applied)."""
+
+    precision_reason: str = ""
+    """Why that precision, in words (e.g. "auto on the CPU: fp32 ...")."""
+
+    device_name: str = ""
+    """"cpu" or the GPU's name."""
+
+    wall_seconds: float = 0.0
+    """Seconds this call took, start to return."""
+
+    peak_memory_bytes: int = 0
+    """Peak memory; what it measures is in `peak_memory_kind`."""
+
+    peak_memory_kind: str = ""
+    """"cuda_max_allocated" (torch.cuda.max_memory_allocated during this call) or
+    "process_peak_rss" (the CPU process's peak resident set size over its whole life)."""
+
+    adapted: list[str] = field(default_factory=list)
+    """Decisions taken to make the run fit, in words (e.g. after an out-of-memory error),
+    including those of earlier attempts recorded in the checkpoint it resumed from."""
+
+    resumed_from: dict[str, int] | None = None
+    """{"epoch": completed epochs, "step": step within the next epoch} of the checkpoint this
+    call resumed from (of its last attempt, if it had to adapt), or None."""
+
+    reason: str | None = None
+    """Why the run diverged, failed or could not checkpoint when preempted: one line."""
+
+    traceback: str | None = None
+    """The traceback text of the error when `status` is failed."""
+
+    data_fingerprint: str = ""
+    """A stable hash of the training data (see ``trainer.data.fingerprint``)."""
+
+    optimizer_steps: int = 0
+    """Optimizer steps taken over the whole run (counted with accelerate's sync_gradients)."""
+
+    scheduler_steps: int = 0
+    """Learning-rate scheduler steps over the whole run (the scheduler's own count)."""
+
+    steps_per_epoch: int = 0
+    """Optimizer steps in one epoch."""
+
+    grad_accum_steps: int = 0
+    """Micro-batches per optimizer step at the end of the run (after any adaptation)."""
+
+    grad_checkpointing: bool = False
+    """Whether gradient checkpointing was on at the end of the run (after any adaptation)."""
+
+    checkpoint_seconds: float | None = None
+    """Seconds the last checkpoint save took (serialize + write), None if none was saved."""
+
+    checkpoint_bytes: int | None = None
+    """Size of the last checkpoint saved."""
+
+    torch_version: str = ""
+    cuda_version: str | None = None
+    """CUDA version torch was built with (None for a CPU build)."""
+
+    @property
+    def epochs_run(self) -> int:
+        """Epochs trained in all (= len(metrics)), including those before a resume."""
+        return len(self.metrics)
+
+    @property
+    def metric(self) -> float | None:
+        """The last reported metric (the trial's value), or None before the first epoch."""
+        return self.metrics[-1] if self.metrics else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form (for trial attributes), with `epochs_run` included."""
+        return {**asdict(self), "epochs_run": self.epochs_run}
