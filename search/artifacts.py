@@ -17,6 +17,7 @@ pointer on a complete checkpoint; a worker that lost its trial cannot move the p
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -193,7 +194,12 @@ class TrialCheckpoints(CheckpointStore):
         }
         try:
             previous = self.queue.move_checkpoint_pointer(
-                self.claim, POINTER_ATTR, pointer, f"artifacts:{artifact_id}", asdict(meta)
+                # Optuna keeps artifact metadata as a JSON string inside the attribute.
+                self.claim,
+                POINTER_ATTR,
+                pointer,
+                f"artifacts:{artifact_id}",
+                json.dumps(asdict(meta)),
             )
         except BaseException:
             with contextlib.suppress(Exception):

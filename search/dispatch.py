@@ -484,7 +484,7 @@ class Queue:
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", attrs)
 
     def move_checkpoint_pointer(
-        self, claim: Claim, key: str, pointer: dict[str, Any], meta_key: str, meta: dict[str, Any]
+        self, claim: Claim, key: str, pointer: dict[str, Any], meta_key: str, meta: str
     ) -> str | None:
         """Point the trial at a new checkpoint artifact; returns the previous artifact's id."""
         with self.storage.transaction() as conn:

@@ -56,6 +56,7 @@ from trainer.task import Task, TaskFactory
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
 
 log = logging.getLogger("trainer")
+_LOGGED_PRECISIONS: set[tuple[str, str]] = set()
 
 DEFAULT_LR = 1e-3
 """Peak learning rate when params have no "lr"."""
@@ -124,7 +125,11 @@ def train(
         return result
     result.device_name = device_name(where)
     result.precision, result.precision_reason = choose_precision(config.precision, where)
-    log.info("precision %s (%s)", result.precision, result.precision_reason)
+    # Logged once per process and decision: a worker runs many trials with the same choice.
+    decision = (result.precision, result.precision_reason)
+    if decision not in _LOGGED_PRECISIONS:
+        _LOGGED_PRECISIONS.add(decision)
+        log.info("precision %s (%s)", *decision)
     reset_peak_memory(where)
     fit = _MemoryFit(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
@@ -362,7 +367,7 @@ def _fit(
             log.debug("epoch %d: metric %.4f, train loss %.4f", epoch, metric, train_losses[-1])
             save_checkpoint()
             if report is not None and report(epoch, metric):
-                log.info("pruned after epoch %d", epoch)
+                log.debug("pruned after epoch %d", epoch)
                 return "pruned"
         return "completed"
     finally:

@@ -69,7 +69,8 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     store = artifact_store_for(storage, None)
     expected = DatabaseArtifactStore if storage.is_postgres else DirectoryArtifactStore
     assert isinstance(store, expected)
-    old, new = Queue(storage, ref.study_id, "old"), Queue(storage, ref.study_id, "new")
+    old = Queue(storage, ref.study_id, f"old-{study_name}")
+    new = Queue(storage, ref.study_id, f"new-{study_name}")
     for q in (old, new):
         q.register(hostname="h", pid=1, device="cpu", grace_s=0.05)
     trial_id, _ = old.create_trial()
@@ -86,8 +87,9 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     study = optuna.load_study(study_name=study_name, storage=storage_url)
     metas = get_all_artifact_meta(study.trials[0], storage=study._storage)
     assert [m.filename for m in metas] == [f"{study_name}-trial-0-checkpoint.pt"]
-    download_artifact(artifact_store=store, artifact_id=metas[0].artifact_id,
-                      file_path=str(tmp_path / "dl.pt"))
+    download_artifact(
+        artifact_store=store, artifact_id=metas[0].artifact_id, file_path=str(tmp_path / "dl.pt")
+    )
     assert (tmp_path / "dl.pt").read_bytes() == b"epoch 2"
 
     # Declared dead and taken over: the old worker can no longer move the pointer.

@@ -81,7 +81,8 @@ def test_enqueued_trials_are_run_with_their_fixed_params(storage_url: str, study
 def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, make_config(study_name, n_trials=1))
-    old, new = Queue(storage, ref.study_id, "old"), Queue(storage, ref.study_id, "new")
+    old = Queue(storage, ref.study_id, f"old-{study_name}")
+    new = Queue(storage, ref.study_id, f"new-{study_name}")
     for q in (old, new):
         q.register(hostname="h", pid=1, device="cpu", grace_s=0.05)
     trial_id, _ = old.create_trial()

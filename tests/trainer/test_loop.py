@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import ToyTask, assert_same_weights, weights
-from trainer import DirectoryCheckpointStore, TrainConfig, train
+from trainer import DirectoryCheckpointStore, TrainConfig, loop, train
 from trainer.tasks.digits import make_task as digits
 
 DIGITS = {"lr": 3e-3, "batch_size": 64, "width": 8, "dropout": 0.1}
@@ -183,8 +183,12 @@ def test_bf16_on_cpu_runs_the_forward_pass_under_autocast() -> None:
 @pytest.mark.parametrize(("requested", "reason"), [("fp16", "needs a CUDA GPU"), ("auto", "CPU")])
 def test_fp16_and_auto_fall_back_to_fp32_on_cpu(requested: str, reason: str, caplog: Any) -> None:
     task = ToyTask()
+    loop._LOGGED_PRECISIONS.clear()
     with caplog.at_level(logging.INFO, logger="trainer"):
-        result = train(task, _params(), TrainConfig(epochs=1, precision=requested), device="cpu")
+        for _ in range(2):  # a worker trains many trials: the decision is logged once
+            result = train(
+                task, _params(), TrainConfig(epochs=1, precision=requested), device="cpu"
+            )
     assert result.precision == "fp32" and reason in result.precision_reason
     assert set(task.models[0].autocast_dtypes) == {None}
     assert [r.message for r in caplog.records].count(
