@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from search.config import ConfigError, StudyConfig, load_config
@@ -43,9 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     storage_help = "study database (default: $HPSEARCH_STORAGE, else sqlite:///hpsearch.db)"
     artifacts_help = (
-        "directory for checkpoints every worker can reach (default: $HPSEARCH_ARTIFACTS, "
-        "else hpsearch.artifacts/ beside a SQLite database)"
+        "directory for checkpoints that every worker can reach, e.g. a shared volume "
+        "(default: $HPSEARCH_ARTIFACTS, else the PostgreSQL database itself, or "
+        "DB.artifacts/ beside a SQLite file)"
     )
+    keep_help = "keep each trial's last checkpoint when it finishes (default: delete it)"
 
     run = sub.add_parser("run", help="create the study and run local workers until it is done")
     run.add_argument("config", help="study config (TOML)")
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--storage", help=storage_help)
     run.add_argument("--artifacts", help=artifacts_help)
     run.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+    run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
@@ -67,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--device", help="cuda:N or cpu (default: cuda if available, else cpu)")
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
     worker.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+    worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
 
     status = sub.add_parser("status", help="trials by state, the best trial, running trials")
     status.add_argument("--study", required=True, help="study name")
@@ -117,13 +122,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from search.study import create_study
 
     study, _ = create_study(storage, config)
-    artifacts = _artifacts_dir(args.artifacts, storage)
     devices = _local_devices(args.workers)
-    grace_s = _grace(args.grace_s)
+    options = _WorkerOptions.from_args(args)
     if len(devices) == 1:
-        code = _run_worker(storage, study.name, devices[0], artifacts, grace_s)
+        code = _run_worker(storage, study.name, devices[0], options)
     else:
-        code = _run_worker_processes(url, study.name, devices, artifacts, grace_s)
+        code = _run_worker_processes(url, study.name, devices, options)
     _print_summary(storage, study.name)
     return code
 
@@ -134,16 +138,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from search.study import open_study
 
     study = open_study(storage, args.study)
-    artifacts = _artifacts_dir(args.artifacts, storage)
-    grace_s = _grace(args.grace_s)
+    options = _WorkerOptions.from_args(args)
     if args.gpus == "all":
         devices = _local_devices(None, gpus_only=True)
         if len(devices) > 1:
-            return _run_worker_processes(url, study.name, devices, artifacts, grace_s)
+            return _run_worker_processes(url, study.name, devices, options)
         device = devices[0]
     else:
         device = args.device or _default_device()
-    return _run_worker(storage, study.name, device, artifacts, grace_s)
+    return _run_worker(storage, study.name, device, options)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -178,44 +181,67 @@ _COMMANDS = {
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _run_worker(
-    storage: Storage, study_name: str, device: str, artifacts: str | None, grace_s: float
-) -> int:
+@dataclass(frozen=True)
+class _WorkerOptions:
+    """What `run` and `worker` pass on to each worker (and to worker processes they start)."""
+
+    artifacts: str | None
+    grace_s: float
+    keep_checkpoints: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
+        return cls(
+            artifacts=args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None,
+            grace_s=_grace(args.grace_s),
+            keep_checkpoints=args.keep_checkpoints,
+        )
+
+    def argv(self) -> list[str]:
+        out = ["--grace-s", str(self.grace_s)]
+        if self.artifacts:
+            out += ["--artifacts", self.artifacts]
+        if self.keep_checkpoints:
+            out.append("--keep-checkpoints")
+        return out
+
+
+def _run_worker(storage: Storage, study_name: str, device: str, options: _WorkerOptions) -> int:
+    from search.artifacts import artifact_store_for
     from search.migrate import check_schema
     from search.study import open_study
     from search.worker import Worker
 
     check_schema(storage)
     study = open_study(storage, study_name)
-    worker = Worker(storage, study, device=device, grace_s=grace_s, checkpoint_root=artifacts)
+    worker = Worker(
+        storage,
+        study,
+        device=device,
+        grace_s=options.grace_s,
+        artifacts=artifact_store_for(storage, options.artifacts),
+        keep_checkpoints=options.keep_checkpoints,
+    )
     return worker.run()
 
 
 def _run_worker_processes(
-    url: str, study_name: str, devices: list[str], artifacts: str | None, grace_s: float
+    url: str, study_name: str, devices: list[str], options: _WorkerOptions
 ) -> int:
     """One child process per device; the storage URL travels in the environment, never argv
     (where `ps` would show its password)."""
     children: list[subprocess.Popen[bytes]] = []
+    cpu_workers = sum(d == "cpu" for d in devices)
     for device in devices:
         env = dict(os.environ, HPSEARCH_STORAGE=url)
         if device.startswith("cuda:"):
             env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
             device = "cuda:0"
-        cmd = [
-            sys.executable,
-            "-m",
-            "search",
-            "worker",
-            "--study",
-            study_name,
-            "--device",
-            device,
-            "--grace-s",
-            str(grace_s),
-        ]
-        if artifacts:
-            cmd += ["--artifacts", artifacts]
+        elif cpu_workers > 1:
+            # Several CPU workers share the cores: without this each would use all of them.
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_workers))
+        cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
+        cmd += ["--device", device, *options.argv()]
         children.append(subprocess.Popen(cmd, env=env))
     logger.info("started %d workers on %s", len(children), ", ".join(devices))
 
@@ -257,14 +283,6 @@ def _check_task(config: StudyConfig) -> None:
         resolve_task(config.task.name)
     except TaskImportError as exc:
         raise ConfigError(f"task.name: {exc}") from None
-
-
-def _artifacts_dir(cli_value: str | None, storage: Storage) -> str | None:
-    value = cli_value or os.environ.get("HPSEARCH_ARTIFACTS")
-    if value:
-        return value
-    db = storage.sqlite_path()
-    return None if db is None else str(db.with_suffix(".artifacts"))
 
 
 def _grace(cli_value: float | None) -> float:

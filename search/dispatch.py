@@ -118,7 +118,7 @@ class Queue:
         self.study_id = study_id
         self.worker_id = worker_id
         self._pg = storage.is_postgres
-        self._t = "hpsearch." if self._pg else ""  # our tables' schema prefix
+        self._t = self.tables = "hpsearch." if self._pg else ""  # our tables' schema prefix
 
     # -- liveness ---------------------------------------------------------------------------
 

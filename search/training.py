@@ -40,8 +40,13 @@ def run_training(run: TrialRun) -> TrialOutcome:
     }
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
-    if result.resumed_from is not None:
-        attrs["resumed_from"] = {"trial": run.number, **result.resumed_from}
+    if result.resumed_from is not None or run.previous_worker is not None:
+        # The same trial continues (same number, bracket and rungs); this says from where.
+        attrs["resumed_from"] = {
+            "trial": run.number,
+            "worker_id": run.previous_worker,
+            **(result.resumed_from or {"epoch": 0, "step": 0}),
+        }
     value = result.metrics[-1] if result.metrics else None
     return TrialOutcome(status=result.status, value=value, user_attrs=attrs, reason=result.reason)
 

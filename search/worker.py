@@ -46,6 +46,7 @@ from search.storage import Storage, is_transient
 if TYPE_CHECKING:
     import optuna
 
+    from search.artifacts import ArtifactStore
     from search.config import StudyConfig
     from search.pruning import Pruner
     from search.space import Param
@@ -91,6 +92,8 @@ class TrialRun:
     checkpoints: CheckpointStore | None = None
     reported: dict[int, float] = field(default_factory=dict)
     """Epoch -> value already recorded for this trial (non-empty when it is resumed)."""
+    previous_worker: str | None = None
+    """The worker that held this trial before (it died, was preempted or was stopped)."""
 
 
 @dataclass
@@ -119,7 +122,8 @@ class Worker:
         run_trial: TrialFunction | None = None,
         grace_s: float = DEFAULT_GRACE_S,
         progress: bool | None = None,
-        checkpoint_root: str | None = None,
+        artifacts: ArtifactStore | None = None,
+        keep_checkpoints: bool = False,
     ) -> None:
         self.storage = storage
         self.study = study
@@ -129,7 +133,8 @@ class Worker:
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.queue = Queue(storage, study.study_id, self.worker_id)
-        self.checkpoint_root = checkpoint_root
+        self.artifacts = artifacts
+        self.keep_checkpoints = keep_checkpoints
         self._run_trial = run_trial
         self._progress = sys.stderr.isatty() if progress is None else progress
         self._stop = threading.Event()  # the whole worker must stop
@@ -250,7 +255,7 @@ class Worker:
         if self._stop.is_set():
             self._trial_stop.set()
         try:
-            params, reported = self._retry(lambda: self._load_trial(claim), "read trial")
+            params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
             run = TrialRun(
                 number=claim.number,
                 trial_id=claim.trial_id,
@@ -262,12 +267,14 @@ class Worker:
                 stop=self._trial_stop,
                 checkpoints=self._checkpoint_store(claim),
                 reported=dict(reported),
+                previous_worker=previous,
             )
-            if reported:
+            if previous:
                 logger.info(
-                    "trial %d: resuming after epoch %d (params %s)",
+                    "trial %d: resuming the work of %s (epochs reported: %d; params %s)",
                     claim.number,
-                    max(reported),
+                    previous,
+                    max(reported, default=0),
                     _fmt_params(params),
                 )
             else:
@@ -324,7 +331,7 @@ class Worker:
             "record the trial's result",
         )
         self.trials_run += 1
-        if run.checkpoints is not None:
+        if run.checkpoints is not None and not self.keep_checkpoints:
             try:
                 run.checkpoints.discard()
             except Exception:  # an old checkpoint costs disk space, not correctness
@@ -470,8 +477,9 @@ class Worker:
 
     # -- trial state ------------------------------------------------------------------------
 
-    def _load_trial(self, claim: Claim) -> tuple[dict[str, Any], dict[int, float]]:
-        """The trial's params (sampling any that are missing) and the values it already has."""
+    def _load_trial(self, claim: Claim) -> tuple[dict[str, Any], dict[int, float], str | None]:
+        """The trial's params (sampling any that are missing), the values it already has, and
+        the worker that ran it before (if it is resumed)."""
         from optuna.distributions import json_to_distribution
 
         with self.storage.engine.connect() as conn:
@@ -489,6 +497,13 @@ class Worker:
                 ),
                 {"t": claim.trial_id},
             ).all()
+            previous = conn.execute(
+                sa.text(
+                    f"SELECT last_worker_id FROM {self.queue.tables}trial_leases "
+                    "WHERE trial_id = :t"
+                ),
+                {"t": claim.trial_id},
+            ).scalar()
         params = {
             name: json_to_distribution(dist).to_external_repr(value) for name, value, dist in rows
         }
@@ -497,16 +512,14 @@ class Worker:
             # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
             params.update(self._sample_params(claim.trial_id, claim.number, missing))
         reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
-        return params, reported
+        return params, reported, previous
 
     def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
-        if self.checkpoint_root is None:
+        if self.artifacts is None:
             return None
-        from trainer import DirectoryCheckpointStore
+        from search.artifacts import TrialCheckpoints
 
-        return DirectoryCheckpointStore(
-            os.path.join(self.checkpoint_root, self.study.name, f"trial-{claim.number}")
-        )
+        return TrialCheckpoints(self.artifacts, self.queue, claim, self.study.name)
 
     # -- liveness ---------------------------------------------------------------------------
 
