@@ -466,17 +466,20 @@ class Queue:
                 ),
                 {"t": claim.trial_id, "done": utcnow_naive()},
             )
-            conn.execute(
-                sa.text(f"UPDATE {self._t}trial_leases SET worker_id = NULL WHERE trial_id = :t"),
-                {"t": claim.trial_id},
-            )
+            # The lease is left as it is: the trial's state says it is over, and a retry of
+            # this transaction after a connection lost around its commit passes the fence again
+            # and rewrites the same values.
 
     def hand_back(self, claim: Claim, system_attrs: dict[str, Any] | None = None) -> None:
-        """Return a trial to the queue (preempted or interrupted): another worker resumes it."""
+        """Return a trial to the queue (preempted or interrupted): another worker resumes it.
+
+        The lease keeps naming this worker until the next claim (a retry after a lost commit
+        passes the fence); `last_worker_id` tells the next worker whose work it continues.
+        """
         with self.storage.transaction() as conn:
             self._fence(conn, claim)
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
-            self._release(conn, claim.trial_id)
+            self._release(conn, claim.trial_id, keep_holder=True)
 
     def set_system_attrs(self, claim: Claim, attrs: dict[str, Any]) -> None:
         with self.storage.transaction() as conn:
@@ -545,7 +548,8 @@ class Queue:
             {"t": trial_id, "k": key},
         )
 
-    def _release(self, conn: Connection, trial_id: int) -> None:
+    def _release(self, conn: Connection, trial_id: int, *, keep_holder: bool = False) -> None:
+        """Queue a held trial again; unless keep_holder, its holder can no longer write to it."""
         conn.execute(
             sa.text(
                 "UPDATE trials SET state = 'WAITING' WHERE trial_id = :t AND state = 'RUNNING'"
@@ -554,8 +558,8 @@ class Queue:
         )
         conn.execute(
             sa.text(
-                f"UPDATE {self._t}trial_leases SET last_worker_id = worker_id, worker_id = NULL "
-                "WHERE trial_id = :t"
+                f"UPDATE {self._t}trial_leases SET last_worker_id = worker_id"
+                f"{'' if keep_holder else ', worker_id = NULL'} WHERE trial_id = :t"
             ),
             {"t": trial_id},
         )

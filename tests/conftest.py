@@ -6,9 +6,14 @@ Set HPSEARCH_TEST_PG_ADMIN to an admin URL if the server is not the local one on
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,3 +74,53 @@ def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def study_name(request: pytest.FixtureRequest) -> str:
     """A study name unique to this test (tests share the session database)."""
     return f"{request.node.name[:40]}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
+    """A PostgreSQL server of this test session's own (initdb, a free port), and a function that
+    restarts it: tests that take the database away must not disturb the shared server."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    initdb = shutil.which("initdb") or (bins[-1] if bins else None)
+    if initdb is None:
+        pytest.fail(
+            "the database restart test needs PostgreSQL's server programs (initdb, "
+            "pg_ctl): install the postgresql package",
+            pytrace=False,
+        )
+    pg_ctl = os.path.join(os.path.dirname(initdb), "pg_ctl")
+    # Not under pytest's temporary tree: that is private to root, and the server runs as postgres.
+    root = Path(tempfile.mkdtemp(prefix="hpsearch-test-pg-"))
+    root.chmod(0o755)
+    data, sockets = root / "data", root / "sockets"
+    sockets.mkdir()
+    as_owner: list[str] = []
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+        shutil.chown(root, "postgres")
+        shutil.chown(sockets, "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(
+        [*as_owner, initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1"
+    log = str(root / "server.log")
+
+    def ctl(*args: str) -> None:
+        subprocess.run(
+            [*as_owner, pg_ctl, "-D", str(data), "-l", log, "-o", options, "-w", *args],
+            check=True,
+            capture_output=True,
+        )
+
+    ctl("start")
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    try:
+        yield url, lambda: ctl("restart", "-m", "fast")
+    finally:
+        ctl("stop", "-m", "immediate")
+        shutil.rmtree(root, ignore_errors=True)

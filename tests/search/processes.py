@@ -1,0 +1,124 @@
+"""Real `hpsearch worker` processes for fault tests, and polling the study database."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.conftest import REPO
+
+
+class WorkerProcess:
+    """`python -m search worker` in its own process group, logging to a file."""
+
+    def __init__(
+        self,
+        url: str,
+        study: str,
+        log_dir: Path,
+        *,
+        grace_s: float,
+        name: str,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.log_path = log_dir / f"{name}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+        env.update(
+            PYTHONPATH=str(REPO), HPSEARCH_STORAGE=url, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"
+        )
+        self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in wait/kill)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "search",
+                "worker",
+                "--study",
+                study,
+                "--grace-s",
+                str(grace_s),
+                "--device",
+                "cpu",
+                *extra,
+            ],
+            cwd=log_dir,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def signal(self, signum: int) -> None:
+        os.killpg(self.proc.pid, signum)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.returncode is not None:
+                self._log.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(10)
+        self._log.close()
+
+
+def wait_for(
+    condition: Callable[[], Any], timeout: float, what: str, workers: list[WorkerProcess] = ()
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(0.1)
+    logs = "\n".join(f"--- {w.log_path.name}\n{w.log()[-3000:]}" for w in workers)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{logs}")
+
+
+def query(url: str, sql: str, **params: Any) -> list[Any]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text(sql), params).all()
+    finally:
+        engine.dispose()
+
+
+def reported_epochs(url: str, study: str, number: int) -> int:
+    """The last epoch trial `number` of `study` has reported (0 if none)."""
+    rows = query(
+        url,
+        "SELECT max(v.step) FROM trial_intermediate_values v JOIN trials t USING (trial_id) "
+        "JOIN studies s USING (study_id) WHERE s.study_name = :n AND t.number = :k",
+        n=study,
+        k=number,
+    )
+    return rows[0][0] or 0
+
+
+def trial_states(url: str, study: str) -> dict[str, int]:
+    rows = query(
+        url,
+        "SELECT t.state, count(*) FROM trials t JOIN studies s USING (study_id) "
+        "WHERE s.study_name = :n GROUP BY t.state",
+        n=study,
+    )
+    return {str(state): n for state, n in rows}

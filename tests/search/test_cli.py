@@ -1,0 +1,235 @@
+"""The `hpsearch` command line, run as users run it: real processes, real databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import REPO
+
+SMALL = """
+[study]
+name = "{name}"
+direction = "maximize"
+n_trials = {n_trials}
+sampler = "random"
+seed = 1
+
+[pruner]
+type = "hyperband"
+min_resource = 1
+reduction_factor = 2
+
+[task]
+name = "{task}"
+epochs = 4
+
+[train]
+checkpoint_every_s = 60
+
+[space]
+lr = {{ type = "float", low = 1e-4, high = 3e-1, log = true }}
+width = {{ type = "int", low = 4, high = 24, log = true }}
+batch_size = {{ type = "categorical", choices = [64, 128] }}
+"""
+
+
+def write_config(tmp_path: Path, name: str, n_trials: int = 10, task: str = "digits") -> Path:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SMALL.format(name=name, n_trials=n_trials, task=task))
+    return path
+
+
+def hpsearch(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI from a clean working directory (no inherited storage settings)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    base["PYTHONPATH"] = str(REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "search", *args],
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def count_studies(url: str) -> int:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("SELECT count(*) FROM studies")).scalar_one()
+    except sa.exc.ProgrammingError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+PROVENANCE = {
+    "hostname",
+    "worker_id",
+    "device_name",
+    "precision",
+    "torch_version",
+    "cuda_version",
+    "git_commit",
+    "git_dirty",
+    "data_fingerprint",
+    "epochs_trained",
+    "wall_seconds",
+    "peak_memory_bytes",
+}
+
+
+def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path: Path) -> None:
+    config = write_config(tmp_path, study_name, n_trials=10)
+    done = hpsearch("run", str(config), "--workers", "2", "--storage", pg_url, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "best: trial" in done.stdout
+    assert "started 2 workers" in done.stderr
+
+    status = hpsearch("status", "--study", study_name, "--json", "--storage", pg_url, cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    reported = json.loads(status.stdout)
+
+    # Plain Optuna reads the same study, and agrees with `status --json`.
+    study = optuna.load_study(study_name=study_name, storage=pg_url)
+    states = Counter(t.state.name for t in study.trials)
+    assert len(study.trials) == 10
+    assert reported["n_trials"] == 10
+    assert (reported["complete"], reported["pruned"], reported["failed"]) == (
+        states["COMPLETE"],
+        states["PRUNED"],
+        states["FAIL"],
+    )
+    assert reported["running"] == reported["waiting"] == 0
+    assert states["COMPLETE"] >= 1 and states["PRUNED"] >= 1 and states["FAIL"] == 0
+    best = study.best_trial
+    assert reported["best"] == {"number": best.number, "value": best.value, "params": best.params}
+    assert 0.5 < best.value <= 1.0  # digits accuracy: it really trained
+
+    for trial in study.trials:
+        assert set(trial.user_attrs) >= PROVENANCE, sorted(PROVENANCE - set(trial.user_attrs))
+        epochs = trial.user_attrs["epochs_trained"]
+        assert epochs == len(trial.intermediate_values) == max(trial.intermediate_values)
+        if trial.state.name == "PRUNED":
+            assert epochs < 4
+    assert len({t.user_attrs["worker_id"] for t in study.trials}) == 2
+    # Finished trials leave no checkpoint behind (the default).
+    engine = sa.create_engine(pg_url)
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.text("SELECT count(*) FROM hpsearch.artifacts WHERE artifact_id LIKE :p"),
+            {"p": f"ckpt-{study._study_id}-%"},
+        ).scalar_one()
+    assert left == 0
+    engine.dispose()
+
+
+def test_status_table_shows_counts_and_best(pg_url: str, study_name: str, tmp_path: Path) -> None:
+    config = write_config(tmp_path, study_name, n_trials=2)
+    assert hpsearch("run", str(config), "--storage", pg_url, cwd=tmp_path).returncode == 0
+    table = hpsearch("status", "--study", study_name, "--storage", pg_url, cwd=tmp_path)
+    assert table.returncode == 0
+    assert f"study {study_name}: 2/2 finished" in table.stdout
+    assert "best: trial" in table.stdout
+
+
+def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
+    """README's first command: `hpsearch run` with no storage settings at all."""
+    config = write_config(tmp_path, "readme", n_trials=2)
+    done = hpsearch("run", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "hpsearch.db").exists()
+    again = hpsearch("run", str(config), cwd=tmp_path)  # the study is done: nothing to do
+    assert again.returncode == 0 and "best: trial" in again.stdout
+    assert (
+        len(
+            optuna.load_study(
+                study_name="readme", storage=f"sqlite:///{tmp_path}/hpsearch.db"
+            ).trials
+        )
+        == 2
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("missing-file", "nope.toml: cannot read config file"),
+        ("bad-toml", "not valid TOML"),
+        ("unknown-sampler", 'study.sampler: unknown value "bayes"'),
+        ("log-low-zero", "space.lr: log = true needs low > 0, got low = 0"),
+        ("missing-task", "[task] section is missing"),
+        (
+            "unimportable-task",
+            "task.name: task 'nosuch.module:make_task': no module named 'nosuch'",
+        ),
+        ("bad-storage-url", "bad storage URL 'mysql://ml:***@db/hp'"),
+        ("unreachable-database", "cannot reach the database at postgresql+psycopg://ml:***@"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_nothing_written(
+    case: str, expected: str, pg_url: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, "bad")
+    text = config.read_text()
+    storage = f"sqlite:///{tmp_path}/study.db"
+    if case == "missing-file":
+        config = tmp_path / "nope.toml"
+    elif case == "bad-toml":
+        config.write_text("[study\n")
+    elif case == "unknown-sampler":
+        config.write_text(text.replace('sampler = "random"', 'sampler = "bayes"'))
+    elif case == "log-low-zero":
+        config.write_text(text.replace("low = 1e-4", "low = 0"))
+    elif case == "missing-task":
+        config.write_text(text.replace('[task]\nname = "digits"\nepochs = 4\n', ""))
+    elif case == "unimportable-task":
+        config.write_text(text.replace('name = "digits"', 'name = "nosuch.module:make_task"'))
+    elif case == "bad-storage-url":
+        storage = "mysql://ml:s3cret@db/hp"
+    elif case == "unreachable-database":
+        storage = "postgresql://ml:s3cret@127.0.0.1:1/hp"
+    studies_before = count_studies(pg_url)
+    for command in ("run", "create"):
+        result = hpsearch(command, str(config), "--storage", storage, cwd=tmp_path)
+        assert result.returncode == 2, (command, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and expected in lines[0], result.stderr
+        assert "s3cret" not in result.stderr + result.stdout
+    assert not (tmp_path / "study.db").exists()
+    assert not (tmp_path / "hpsearch.db").exists()
+    assert count_studies(pg_url) == studies_before
+
+
+def test_unknown_study_and_changed_config_are_bad_input(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    worker = hpsearch("worker", "--study", "no-such-study", "--storage", pg_url, cwd=tmp_path)
+    assert worker.returncode == 2 and "no hpsearch study named 'no-such-study'" in worker.stderr
+    missing_db = hpsearch(
+        "status", "--study", "x", "--storage", f"sqlite:///{tmp_path}/typo.db", cwd=tmp_path
+    )
+    assert missing_db.returncode == 2 and "no study database at" in missing_db.stderr
+    assert not (tmp_path / "typo.db").exists()
+
+    config = write_config(tmp_path, study_name, n_trials=3)
+    assert hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path).returncode == 0
+    same = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
+    assert same.returncode == 0 and "already exists, same config" in same.stdout
+    config.write_text(config.read_text().replace("n_trials = 3", "n_trials = 4"))
+    changed = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
+    assert changed.returncode == 2
+    assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
+    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == []
