@@ -9,10 +9,11 @@ Plain Optuna: each worker process runs `study.optimize` with `MaxTrialsCallback(
 with `trial.report` and asking `trial.should_prune()` every step, as the Optuna docs do.
 hpsearch: each process runs `search.worker.Worker` with the same trial function.
 
-Two clocks per run: "steady" starts when every worker process has imported its libraries and
-connected (they wait at a barrier), so it measures coordination while trials run; "cold" starts
-when the processes are spawned, so it adds start-up (imports, connections), a one-time cost per
-worker that a real study of hours amortizes.
+Two clocks per run, both stopped when the study's last trial is recorded finished in the
+database: "steady" starts when every worker process has imported its libraries and connected
+(they wait at a barrier), so it measures coordination while trials run; "cold" starts when the
+processes are spawned, so it adds start-up (imports, connections), a one-time cost per worker
+that a real study of hours amortizes. The processes' own exit after that is reported as exit_s.
 
     python bench/scheduler.py                       # N=320, W=1,8,32 (about 25 minutes)
     python bench/scheduler.py --workers 8,32 --trials 320
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import itertools
 import json
 import multiprocessing as mp
@@ -67,7 +69,17 @@ def hpsearch_worker(url: str, study: str, ready: Any, go: Any, log: Any) -> None
     worker.prepare()
     ready.release()
     go.wait()
-    sys.exit(worker.run())
+    before = _own_cpu_s()
+    code = worker.run()
+    log.put(("cpu", _own_cpu_s() - before, worker.trials_run))
+    sys.exit(code)
+
+
+def _own_cpu_s() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any) -> None:
@@ -101,6 +113,7 @@ def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any)
 
 def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]:
     import optuna
+    import sqlalchemy as sa
 
     name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     if kind == "hpsearch":
@@ -125,6 +138,12 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     else:
         optuna.create_study(study_name=name, storage=url, direction="maximize")
 
+    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
+        sessions_before, commits_before = conn.execute(
+            sa.text(
+                "SELECT sessions, xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
+        ).one()
     ctx = mp.get_context("spawn")
     ready, go, log = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     spawned = time.perf_counter()
@@ -143,6 +162,7 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     for _ in procs:
         ready.acquire()
     started, busy = time.perf_counter(), _busy_cpu_s()
+    started_utc = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     go.set()
     spans = []
     while any(p.is_alive() for p in procs) or not log.empty():
@@ -155,18 +175,32 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     study = optuna.load_study(study_name=name, storage=url)
     trials = study.get_trials(deepcopy=False)
     finished = sum(t.state.is_finished() for t in trials)
+    # The study is done when its last trial is recorded finished (Optuna keeps naive UTC in
+    # the database and hands out local time); the workers' own exit is reported apart.
+    last_done = max(t.datetime_complete for t in trials if t.datetime_complete)
+    last_done_utc = last_done.astimezone(datetime.UTC).replace(tzinfo=None)
+    done_s = (last_done_utc - started_utc).total_seconds()
     ideal = n_trials * STEPS * STEP_S / workers
+    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
+        sessions, commits = conn.execute(
+            sa.text(
+                "SELECT sessions, xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            )
+        ).one()
     return {
         "kind": kind,
+        "db_sessions_opened": sessions - sessions_before - 1,
+        "db_commits": commits - commits_before,
         "workers": workers,
         "trials_finished": finished,
         "trials_created": len(trials),
-        "steady_s": round(ended - started, 2),
-        "cold_s": round(ended - spawned, 2),
+        "steady_s": round(done_s, 2),
+        "cold_s": round(done_s + started - spawned, 2),
         "startup_s": round(started - spawned, 2),
+        "exit_s": round(ended - started - done_s, 2),
         "ideal_s": ideal,
-        "steady_ratio": round((ended - started) / ideal, 3),
-        "cold_ratio": round((ended - spawned) / ideal, 3),
+        "steady_ratio": round(done_s / ideal, 3),
+        "cold_ratio": round((done_s + started - spawned) / ideal, 3),
         "machine_busy_cpu_s": round(busy, 1),
         **_trial_timing(spans, started, ended),
     }
@@ -176,6 +210,8 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
     """Where the wall time went: inside trials (reports) or between them (claims, waiting)."""
     if not spans:
         return {}
+    cpu = [s for s in spans if s[0] == "cpu"]
+    spans = [s for s in spans if s[0] != "cpu"]
     inside = [end - start - STEPS * STEP_S for _, start, end in spans]
     by_worker: dict[int, list[tuple[float, float]]] = {}
     for pid, start, end in spans:
@@ -185,7 +221,18 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
         runs.sort()
         gaps.append(runs[0][0] - started)
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
+    trials_per_worker = [n for _, _, n in cpu]
+    last_end = sorted(max(end for _, end in runs) for runs in by_worker.values())
     return {
+        "workers_cpu_s": round(sum(c for _, c, _ in cpu), 1),
+        "trials_per_worker_min_max": [
+            min(trials_per_worker, default=0),
+            max(trials_per_worker, default=0),
+        ],
+        "worker_done_s_first_last": [
+            round(last_end[0] - started, 1),
+            round(last_end[-1] - started, 1),
+        ],
         "report_overhead_ms_per_trial": round(1000 * statistics.mean(inside), 1),
         "gap_between_trials_ms": round(1000 * statistics.mean(gaps), 1),
         "gap_p90_ms": round(1000 * sorted(gaps)[int(0.9 * len(gaps))], 1),
@@ -203,6 +250,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=320)
     parser.add_argument("--workers", default="1,8,32")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--sides", default="hpsearch,optuna", help="which sides to run")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
@@ -212,7 +260,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             # Alternate the order so neither side always runs on a warmer machine.
             kinds = ["hpsearch", "optuna"] if repeat % 2 == 0 else ["optuna", "hpsearch"]
-            for kind in kinds:
+            for kind in [k for k in kinds if k in args.sides.split(",")]:
                 result = run_once(kind, args.storage, args.trials, workers)
                 results.append(result)
                 print(json.dumps(result), flush=True)

@@ -210,10 +210,11 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
     from search.artifacts import artifact_store_for
     from search.migrate import check_schema
     from search.study import open_study
-    from search.worker import Worker
+    from search.worker import Worker, retry
 
-    check_schema(storage)
-    study = open_study(storage, study_name)
+    # The database answered once (open_storage); if it restarts now, wait for it.
+    retry(lambda: check_schema(storage), "check the schema", attempts=12)
+    study = retry(lambda: open_study(storage, study_name), "open the study", attempts=12)
     worker = Worker(
         storage,
         study,

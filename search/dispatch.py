@@ -386,23 +386,7 @@ class Queue:
             return
         with self.storage.transaction() as conn:
             self._fence(conn, claim, epoch=max(values))
-            for step, value in sorted(values.items()):
-                kind = _enum(conn, _value_type(value), "trialintermediatevaluetype")
-                conn.execute(
-                    sa.text(
-                        "INSERT INTO trial_intermediate_values (trial_id, step, "
-                        "intermediate_value, intermediate_value_type) "
-                        f"VALUES (:t, :step, :v, {kind}) "
-                        "ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = "
-                        "excluded.intermediate_value, intermediate_value_type = "
-                        "excluded.intermediate_value_type"
-                    ),
-                    {
-                        "t": claim.trial_id,
-                        "step": step,
-                        "v": value if math.isfinite(value) else None,
-                    },
-                )
+            self._write_values(conn, claim.trial_id, values)
 
     def _report_pg(self, claim: Claim, values: dict[int, float]) -> None:
         rows, params = (
@@ -440,10 +424,13 @@ class Queue:
         value: float | None,
         user_attrs: dict[str, Any],
         system_attrs: dict[str, Any] | None = None,
+        intermediate: dict[int, float] | None = None,
     ) -> None:
-        """Record the trial's end (COMPLETE, PRUNED or FAIL) with its value and attributes."""
+        """Record the trial's end (COMPLETE, PRUNED or FAIL) with its value and attributes, and
+        any intermediate values not written yet."""
         with self.storage.transaction() as conn:
             self._fence(conn, claim)
+            self._write_values(conn, claim.trial_id, intermediate or {})
             self._set_attrs(conn, claim.trial_id, "trial_user_attributes", user_attrs)
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
             if value is not None and state in ("COMPLETE", "PRUNED"):
@@ -470,7 +457,12 @@ class Queue:
             # this transaction after a connection lost around its commit passes the fence again
             # and rewrites the same values.
 
-    def hand_back(self, claim: Claim, system_attrs: dict[str, Any] | None = None) -> None:
+    def hand_back(
+        self,
+        claim: Claim,
+        system_attrs: dict[str, Any] | None = None,
+        intermediate: dict[int, float] | None = None,
+    ) -> None:
         """Return a trial to the queue (preempted or interrupted): another worker resumes it.
 
         The lease keeps naming this worker until the next claim (a retry after a lost commit
@@ -478,6 +470,7 @@ class Queue:
         """
         with self.storage.transaction() as conn:
             self._fence(conn, claim)
+            self._write_values(conn, claim.trial_id, intermediate or {})
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
             self._release(conn, claim.trial_id, keep_holder=True)
 
@@ -532,6 +525,21 @@ class Queue:
         ).rowcount
         if updated != 1:
             raise LeaseLost(f"trial {claim.number} was taken over by another worker")
+
+    def _write_values(self, conn: Connection, trial_id: int, values: dict[int, float]) -> None:
+        for step, value in sorted(values.items()):
+            kind = _enum(conn, _value_type(value), "trialintermediatevaluetype")
+            conn.execute(
+                sa.text(
+                    "INSERT INTO trial_intermediate_values (trial_id, step, "
+                    "intermediate_value, intermediate_value_type) "
+                    f"VALUES (:t, :step, :v, {kind}) "
+                    "ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value = "
+                    "excluded.intermediate_value, intermediate_value_type = "
+                    "excluded.intermediate_value_type"
+                ),
+                {"t": trial_id, "step": step, "v": value if math.isfinite(value) else None},
+            )
 
     def _attr(self, conn: Connection, trial_id: int, key: str) -> Any:
         row = conn.execute(

@@ -40,6 +40,7 @@ import sqlalchemy as sa
 
 from search.dispatch import Claim, LeaseLost, Queue
 from search.pruners import rung_steps
+from search.reports import ReportWriter
 from search.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.storage import Storage, is_transient
 
@@ -70,6 +71,9 @@ DEFAULT_GRACE_S = 60.0
 Heartbeats go out every grace/6 seconds. 60 s rides out garbage-collection pauses and brief
 network trouble; a preempted machine's trial restarts elsewhere within about a minute.
 """
+
+IDLE_POLL_MAX_S = 1.0
+"""Longest wait between two looks for work when nothing is queued."""
 
 T = TypeVar("T")
 
@@ -148,6 +152,9 @@ class Worker:
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
         self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
+        self._reports = ReportWriter(
+            self.queue, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
+        )
         self.trials_run = 0
 
     # -- the loop ---------------------------------------------------------------------------
@@ -155,11 +162,9 @@ class Worker:
     def prepare(self) -> None:
         """Load what every trial needs (Optuna, the study for pruning) before the first claim,
         so that start-up cost is not paid inside a trial."""
-        from search.pruning import Pruner
-
-        if self._pruner is None and self._rungs != []:
-            self._pruner = Pruner(self.storage, self.study)
-            self._retry(lambda: self._pruner.view.get_all_trials(self.study.study_id), "load")
+        if self._rungs == []:
+            return  # no pruner: nothing to load
+        self._retry(lambda: self._load_pruner().view.get_all_trials(self.study.study_id), "load")
 
     def run(self) -> int:
         """Pull trials until the study is done; returns the process exit code."""
@@ -196,6 +201,7 @@ class Worker:
         finally:
             self._stop.set()
             beat.join(timeout=5)
+            self._reports.close()
             if self._sampler_thread is not None:
                 self._sampler_thread.join(timeout=30)
             try:
@@ -204,6 +210,9 @@ class Worker:
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
             self._end_progress()
+        logger.info(
+            "worker %s leaves (%s) after %d trials", self.worker_id, reason, self.trials_run
+        )
         if self._stop_signal == signal.SIGINT:
             return 130
         return 0
@@ -219,13 +228,15 @@ class Worker:
             counts = self._retry(self.queue.counts, "count trials")
             if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
                 return None
-            if counts.total < n_trials and self._top_up():
+            if counts.total < n_trials and self._retry(self._top_up, "sample trials"):
                 idle_s = 0.05
                 continue
             # Everything is created and taken: wait for a trial to free up (a dead worker's,
             # reaped by the heartbeat thread) or for the study to end.
             self._stop.wait(idle_s * (0.5 + random.random()))
-            idle_s = min(idle_s * 2, max(0.5, self._heartbeat_s))
+            # At most a second: the last trials' end (and the study's) is noticed quickly, at
+            # the cost of one small query per idle worker and second.
+            idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
         return None
 
     def _claim_once(self) -> Claim | None:
@@ -290,6 +301,7 @@ class Worker:
         except LeaseLost:
             self._lost = True
         finally:
+            self._reports.end()
             if self._lost:
                 logger.warning(
                     "trial %d was taken over by another worker (this one was silent for longer "
@@ -306,11 +318,14 @@ class Worker:
         return self._run_trial(run)
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
+        leftover = self._reports.end()  # written with the trial's end, in one transaction
         if self._lost:
             return
         if outcome.status == "preempted":
             self._retry(
-                lambda: self.queue.hand_back(claim, {"hpsearch:handed_back_by": self.worker_id}),
+                lambda: self.queue.hand_back(
+                    claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
+                ),
                 "hand the trial back",
                 attempts=5,
             )
@@ -326,7 +341,12 @@ class Worker:
         user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
         self._retry(
             lambda: self.queue.finish(
-                claim, state, value if state != "FAIL" else None, user_attrs, system_attrs
+                claim,
+                state,
+                value if state != "FAIL" else None,
+                user_attrs,
+                system_attrs,
+                leftover,
             ),
             "record the trial's result",
         )
@@ -343,17 +363,27 @@ class Worker:
     # -- reporting and pruning --------------------------------------------------------------
 
     def _reporter(self, claim: Claim, reported: dict[int, float]) -> Callable[[int, float], bool]:
-        pending: dict[int, float] = {}
+        """The trial's report callback: values go to the background writer; at epochs where
+        the pruner can decide, they are flushed first and the pruner is asked."""
+        self._reports.begin(claim)
         last_pruned_check = max(reported, default=0)
 
         def report(epoch: int, value: float) -> bool:
             nonlocal last_pruned_check
             if self._lost:
                 return True
-            pending[epoch] = value
             self._show(claim.number, epoch, value)
+            self._reports.add(epoch, value)
+            reported[epoch] = value
+            # After the last epoch there is nothing left to save: the trial completes.
+            needs_check = epoch < self.config.task.epochs and (
+                self._rungs is None or any(last_pruned_check < s <= epoch for s in self._rungs)
+            )
+            if not needs_check:
+                return False
             try:
-                self.queue.report(claim, pending)
+                self._reports.flush()
+                decision = self._should_prune(claim, reported)
                 self._db_back()
             except LeaseLost:
                 self._lost = True
@@ -361,36 +391,24 @@ class Worker:
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                # Keep training: the values are written when the database is back.
+                # Keep training: the values are written when the database is back, and the
+                # pruner is asked at the next rung.
                 self._db_down(exc, "report")
                 return False
-            reported.update(pending)
-            steps = sorted(pending)
-            pending.clear()
-            # After the last epoch there is nothing left to save: the trial completes.
-            needs_check = epoch < self.config.task.epochs and (
-                self._rungs is None
-                or any(last_pruned_check < s <= epoch and s in self._rungs for s in steps)
-            )
-            if not needs_check:
-                return False
             last_pruned_check = epoch
-            try:
-                return self._should_prune(claim, reported)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self._db_down(exc, "pruning check")
-                return False
+            return decision
 
         return report
 
     def _should_prune(self, claim: Claim, reported: dict[int, float]) -> bool:
+        return self._load_pruner().should_prune(claim.trial_id, reported)
+
+    def _load_pruner(self) -> Pruner:
         if self._pruner is None:
             from search.pruning import Pruner
 
             self._pruner = Pruner(self.storage, self.study)
-        return self._pruner.should_prune(claim.trial_id, reported)
+        return self._pruner
 
     def _study(self) -> optuna.Study:
         if self._optuna_study is None:
@@ -529,9 +547,8 @@ class Worker:
             try:
                 holds = self.queue.heartbeat(claim)
                 self._db_back()
-                if claim is not None and not holds and claim == self._claim:
-                    self._lost = True
-                    self._trial_stop.set()
+                if claim is not None and not holds:
+                    self._trial_lost(claim)
                 for number, dead in self.queue.reap():
                     logger.warning(
                         "worker %s went silent for longer than its grace period: trial %d is "
@@ -543,6 +560,12 @@ class Worker:
                 if not is_transient(exc):
                     logger.exception("heartbeat failed")
                 self._db_down(exc, "heartbeat")
+
+    def _trial_lost(self, claim: Claim) -> None:
+        """Another worker holds `claim` now: stop it here, if it is still the one running."""
+        if claim == self._claim:
+            self._lost = True
+            self._trial_stop.set()
 
     def _db_down(self, exc: BaseException, what: str) -> None:
         if self._db_down_since is None:

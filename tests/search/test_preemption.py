@@ -112,9 +112,10 @@ def test_database_restart_under_three_workers(
     workers = [WorkerProcess(url, study_name, tmp_path, grace_s=5, name=f"w{i}") for i in range(3)]
     try:
         wait_for(
-            lambda: trial_states(url, study_name).get("RUNNING", 0) >= 2,
+            lambda: all("joined study" in w.log() for w in workers)
+            and trial_states(url, study_name).get("RUNNING", 0) >= 2,
             120,
-            "two running trials",
+            "three workers and two running trials",
             workers,
         )
         restart()  # connections drop; the server is away for a moment
