@@ -141,7 +141,8 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
         sessions_before, commits_before = conn.execute(
             sa.text(
-                "SELECT sessions, xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                "SELECT sessions, xact_commit FROM pg_stat_database "
+                "WHERE datname = current_database()"
             )
         ).one()
     ctx = mp.get_context("spawn")
@@ -184,7 +185,8 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
         sessions, commits = conn.execute(
             sa.text(
-                "SELECT sessions, xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                "SELECT sessions, xact_commit FROM pg_stat_database "
+                "WHERE datname = current_database()"
             )
         ).one()
     return {

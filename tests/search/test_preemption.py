@@ -112,8 +112,10 @@ def test_database_restart_under_three_workers(
     workers = [WorkerProcess(url, study_name, tmp_path, grace_s=5, name=f"w{i}") for i in range(3)]
     try:
         wait_for(
-            lambda: all("joined study" in w.log() for w in workers)
-            and trial_states(url, study_name).get("RUNNING", 0) >= 2,
+            lambda: (
+                all("joined study" in w.log() for w in workers)
+                and trial_states(url, study_name).get("RUNNING", 0) >= 2
+            ),
             120,
             "three workers and two running trials",
             workers,
@@ -139,6 +141,11 @@ def test_workers_killed_at_random_still_finish_the_study(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
     config = write_config(tmp_path, study_name, n_trials=12)
+    config.write_text(  # every trial trains all its epochs: long enough to be killed in
+        config.read_text()
+        .replace("epochs = 4", "epochs = 5")
+        .replace('type = "hyperband"\nmin_resource = 1\nreduction_factor = 2', 'type = "none"')
+    )
     create_study(open_storage(pg_url), load_config(config))
     rng = random.Random(7)
     workers = [
@@ -148,7 +155,7 @@ def test_workers_killed_at_random_still_finish_the_study(
     try:
         # Kill a random worker every few seconds and start a new one, five times.
         while kills < 5 and time.monotonic() - started < 120:
-            time.sleep(rng.uniform(2.0, 5.0))
+            time.sleep(rng.uniform(1.5, 3.5))
             if (
                 trial_states(pg_url, study_name).get("COMPLETE", 0)
                 + trial_states(pg_url, study_name).get("PRUNED", 0)
