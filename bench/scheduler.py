@@ -218,10 +218,10 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
     by_worker: dict[int, list[tuple[float, float]]] = {}
     for pid, start, end in spans:
         by_worker.setdefault(pid, []).append((start, end))
-    gaps = []
+    gaps, first = [], []
     for runs in by_worker.values():
         runs.sort()
-        gaps.append(runs[0][0] - started)
+        first.append(runs[0][0] - started)
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
     trials_per_worker = [n for _, _, n in cpu]
     last_end = sorted(max(end for _, end in runs) for runs in by_worker.values())
@@ -236,6 +236,10 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
             round(last_end[-1] - started, 1),
         ],
         "report_overhead_ms_per_trial": round(1000 * statistics.mean(inside), 1),
+        "first_trial_start_ms_mean_max": [
+            round(1000 * statistics.mean(first), 1),
+            round(1000 * max(first), 1),
+        ],
         "gap_between_trials_ms": round(1000 * statistics.mean(gaps), 1),
         "gap_p90_ms": round(1000 * sorted(gaps)[int(0.9 * len(gaps))], 1),
     }

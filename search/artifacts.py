@@ -98,7 +98,7 @@ class DatabaseArtifactStore:
         # Spooled: small checkpoints stay in memory, big ones go to a temporary file.
         out = tempfile.SpooledTemporaryFile(max_size=256 << 20)  # noqa: SIM115 (returned open)
         found = False
-        with self.storage.engine.connect() as conn:
+        with self.storage.engine.connect() as conn:  # a server-side cursor needs a transaction
             rows = conn.execution_options(stream_results=True, max_row_buffer=2).execute(
                 sa.text(
                     f"SELECT data FROM {self._t}artifacts WHERE artifact_id = :a ORDER BY chunk"
@@ -125,7 +125,7 @@ class DatabaseArtifactStore:
         """Delete every artifact whose id starts with `prefix` (a finished trial's leftovers)."""
         with self.storage.transaction() as conn:
             conn.execute(
-                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id LIKE :p"),
+                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id LIKE :p ESCAPE '\\'"),
                 {"p": prefix.replace("%", r"\%").replace("_", r"\_") + "%"},
             )
 

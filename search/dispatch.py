@@ -195,7 +195,7 @@ class Queue:
     # -- the queue --------------------------------------------------------------------------
 
     def counts(self) -> Counts:
-        with self.storage.engine.connect() as conn:
+        with self.storage.autocommit() as conn:
             rows = conn.execute(
                 sa.text("SELECT state, count(*) FROM trials WHERE study_id = :s GROUP BY state"),
                 {"s": self.study_id},
@@ -204,7 +204,7 @@ class Queue:
 
     def live_workers(self) -> int:
         """Workers of this study that heartbeat within their grace period."""
-        with self.storage.engine.connect() as conn:
+        with self.storage.autocommit() as conn:
             return conn.execute(
                 sa.text(
                     f"SELECT count(*) FROM {self._t}workers WHERE study_id = :s "
@@ -273,7 +273,7 @@ class Queue:
 
     def held_claims(self) -> list[Claim]:
         """Leases this worker holds (after an ambiguous commit, a claim may have succeeded)."""
-        with self.storage.engine.connect() as conn:
+        with self.storage.autocommit() as conn:
             rows = conn.execute(
                 sa.text(
                     f"SELECT l.trial_id, t.number, l.generation FROM {self._t}trial_leases l "
@@ -288,12 +288,11 @@ class Queue:
     def sampling_lock(self) -> Iterator[bool]:
         """Try to become the study's one sampler; yields whether this process got the lock."""
         if self._pg:
-            with self.storage.engine.connect() as conn:
+            with self.storage.autocommit() as conn:
                 got = conn.execute(
                     sa.text("SELECT pg_try_advisory_lock(:c, :s)"),
                     {"c": _LOCK_CLASS, "s": self.study_id},
                 ).scalar_one()
-                conn.commit()
                 try:
                     yield bool(got)
                 finally:
@@ -302,7 +301,6 @@ class Queue:
                             sa.text("SELECT pg_advisory_unlock(:c, :s)"),
                             {"c": _LOCK_CLASS, "s": self.study_id},
                         )
-                        conn.commit()
             return
         path = f"{self.storage.sqlite_path()}.sampler-{self.study_id}.lock"
         with open(path, "a+b") as fh:
@@ -316,39 +314,54 @@ class Queue:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
-    def create_trial(
-        self, params_for: Callable[[int], dict[str, tuple[float, str]]] | None = None
-    ) -> tuple[int, int]:
-        """Insert the study's next trial. Call only while holding the sampling lock (trial
-        numbers are counted, as Optuna does).
+    def create_sampled_trials(
+        self, params_for: Callable[[int], dict[str, tuple[float, str]]], count: int
+    ) -> None:
+        """Insert the study's next `count` trials, WAITING with their params, in one transaction.
 
-        With `params_for` (trial number -> {name: (internal value, distribution JSON)}), the
-        trial is written WAITING with its params in one transaction. Without, it is written
-        RUNNING under this worker's lease, to be sampled through Optuna and then enqueued: no
-        one claims it half-sampled, and should this worker die now, the reaper hands it back.
+        `params_for`: trial number -> {name: (internal value, distribution JSON)}. Call only
+        while holding the sampling lock (trial numbers are counted, as Optuna does).
         """
-        state = "WAITING" if params_for else "RUNNING"
         with self.storage.transaction() as conn:
-            row = conn.execute(
-                sa.text(
-                    "INSERT INTO trials (number, study_id, state, datetime_start) "
-                    "VALUES ((SELECT count(*) FROM trials WHERE study_id = :s), :s, "
-                    f"{_enum(conn, state, 'trialstate')}, :start) RETURNING trial_id, number"
-                ),
-                {"s": self.study_id, "start": None if params_for else utcnow_naive()},
-            ).one()
-            if params_for is not None:
+            first = conn.execute(
+                sa.text("SELECT count(*) FROM trials WHERE study_id = :s"), {"s": self.study_id}
+            ).scalar_one()
+            for number in range(first, first + count):
+                trial_id = conn.execute(
+                    sa.text(
+                        "INSERT INTO trials (number, study_id, state, datetime_start) VALUES "
+                        f"(:n, :s, {_enum(conn, 'WAITING', 'trialstate')}, NULL) "
+                        "RETURNING trial_id"
+                    ),
+                    {"n": number, "s": self.study_id},
+                ).scalar_one()
                 conn.execute(
                     sa.text(
                         "INSERT INTO trial_params (trial_id, param_name, param_value, "
                         "distribution_json) VALUES (:t, :name, :value, :dist)"
                     ),
                     [
-                        {"t": row.trial_id, "name": name, "value": value, "dist": dist}
-                        for name, (value, dist) in params_for(row.number).items()
+                        {"t": trial_id, "name": name, "value": value, "dist": dist}
+                        for name, (value, dist) in params_for(number).items()
                     ],
                 )
-                return row.trial_id, row.number
+
+    def create_trial(self) -> tuple[int, int]:
+        """Insert the study's next trial, to be sampled through Optuna by this worker, then
+        enqueued. It is RUNNING under this worker's lease meanwhile: no one claims it half
+        sampled, and should this worker die now, the reaper hands it back.
+
+        Call only while holding the sampling lock (trial numbers are counted, as Optuna does).
+        """
+        with self.storage.transaction() as conn:
+            row = conn.execute(
+                sa.text(
+                    "INSERT INTO trials (number, study_id, state, datetime_start) "
+                    "VALUES ((SELECT count(*) FROM trials WHERE study_id = :s), :s, "
+                    f"{_enum(conn, 'RUNNING', 'trialstate')}, :start) RETURNING trial_id, number"
+                ),
+                {"s": self.study_id, "start": utcnow_naive()},
+            ).one()
             conn.execute(
                 sa.text(
                     f"INSERT INTO {self._t}trial_leases (trial_id, study_id, worker_id, "
@@ -397,8 +410,7 @@ class Queue:
             kind = _value_type(value)
             rows.append(f"(CAST(:s{i} AS integer), CAST(:v{i} AS double precision), '{kind}')")
             params[f"s{i}"], params[f"v{i}"] = step, value if kind == "FINITE" else None
-        with self.storage.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        with self.storage.autocommit() as conn:
             written = conn.execute(
                 sa.text(
                     f"WITH fence AS (UPDATE {self._t}trial_leases SET epoch = :e "
@@ -427,16 +439,26 @@ class Queue:
         intermediate: dict[int, float] | None = None,
     ) -> None:
         """Record the trial's end (COMPLETE, PRUNED or FAIL) with its value and attributes, and
-        any intermediate values not written yet."""
+        any intermediate values not written yet.
+
+        The lease is left as it is: the trial's state says it is over, and a retry after a
+        connection lost around the commit passes the fence again and rewrites the same values.
+        """
+        assert state in FINISHED_STATES, state
+        if value is not None and math.isnan(value):
+            raise ValueError("a finished trial's value cannot be NaN")
+        if value is not None and state not in ("COMPLETE", "PRUNED"):
+            value = None
+        if self._pg:
+            self._finish_pg(claim, state, value, user_attrs, system_attrs or {}, intermediate or {})
+            return
         with self.storage.transaction() as conn:
             self._fence(conn, claim)
             self._write_values(conn, claim.trial_id, intermediate or {})
             self._set_attrs(conn, claim.trial_id, "trial_user_attributes", user_attrs)
             self._set_attrs(conn, claim.trial_id, "trial_system_attributes", system_attrs or {})
-            if value is not None and state in ("COMPLETE", "PRUNED"):
+            if value is not None:
                 kind = _value_type(value)
-                if kind == "NAN":
-                    raise ValueError("a finished trial's value cannot be NaN")
                 conn.execute(
                     sa.text(
                         "INSERT INTO trial_values (trial_id, objective, value, value_type) VALUES "
@@ -453,9 +475,75 @@ class Queue:
                 ),
                 {"t": claim.trial_id, "done": utcnow_naive()},
             )
-            # The lease is left as it is: the trial's state says it is over, and a retry of
-            # this transaction after a connection lost around its commit passes the fence again
-            # and rewrites the same values.
+
+    def _finish_pg(
+        self,
+        claim: Claim,
+        state: str,
+        value: float | None,
+        user_attrs: dict[str, Any],
+        system_attrs: dict[str, Any],
+        intermediate: dict[int, float],
+    ) -> None:
+        """`finish` as one statement: the writes hang off the fence, so they all happen or none
+        (PostgreSQL runs every data-modifying WITH clause exactly once, in one snapshot)."""
+        params: dict[str, Any] = {
+            "t": claim.trial_id,
+            "w": self.worker_id,
+            "g": claim.generation,
+            "done": utcnow_naive(),
+        }
+        clauses = [
+            f"fence AS (UPDATE {self._t}trial_leases SET generation = generation "
+            "WHERE trial_id = :t AND worker_id = :w AND generation = :g RETURNING trial_id)"
+        ]
+        for n, (table, attrs) in enumerate(
+            (("trial_user_attributes", user_attrs), ("trial_system_attributes", system_attrs))
+        ):
+            if attrs:
+                rows = []
+                for i, (key, v) in enumerate(attrs.items()):
+                    params[f"k{n}_{i}"], params[f"v{n}_{i}"] = key, json.dumps(v)
+                    rows.append(f"(CAST(:k{n}_{i} AS text), CAST(:v{n}_{i} AS text))")
+                clauses.append(
+                    f"a{n} AS (INSERT INTO {table} (trial_id, key, value_json) "
+                    f"SELECT fence.trial_id, x.k, x.v FROM fence, (VALUES {', '.join(rows)}) "
+                    "AS x (k, v) ON CONFLICT (trial_id, key) DO UPDATE SET "
+                    "value_json = excluded.value_json)"
+                )
+        if intermediate:
+            rows = []
+            for i, (step, v) in enumerate(sorted(intermediate.items())):
+                kind = _value_type(v)
+                params[f"s{i}"], params[f"iv{i}"] = step, v if kind == "FINITE" else None
+                rows.append(f"(CAST(:s{i} AS integer), CAST(:iv{i} AS double precision), '{kind}')")
+            clauses.append(
+                "iv AS (INSERT INTO trial_intermediate_values (trial_id, step, "
+                "intermediate_value, intermediate_value_type) SELECT fence.trial_id, x.s, x.v, "
+                f"CAST(x.k AS trialintermediatevaluetype) FROM fence, (VALUES {', '.join(rows)}) "
+                "AS x (s, v, k) ON CONFLICT (trial_id, step) DO UPDATE SET intermediate_value "
+                "= excluded.intermediate_value, intermediate_value_type = "
+                "excluded.intermediate_value_type)"
+            )
+        if value is not None:
+            kind = _value_type(value)
+            params["v"] = value if kind == "FINITE" else None
+            clauses.append(
+                "val AS (INSERT INTO trial_values (trial_id, objective, value, value_type) "
+                f"SELECT fence.trial_id, 0, CAST(:v AS double precision), "
+                f"CAST('{kind}' AS trialvaluetype) FROM fence ON CONFLICT (trial_id, objective) "
+                "DO UPDATE SET value = excluded.value, value_type = excluded.value_type)"
+            )
+        clauses.append(
+            f"st AS (UPDATE trials SET state = CAST('{state}' AS trialstate), "
+            "datetime_complete = :done FROM fence WHERE trials.trial_id = fence.trial_id)"
+        )
+        with self.storage.autocommit() as conn:
+            fenced = conn.execute(
+                sa.text(f"WITH {', '.join(clauses)} SELECT count(*) FROM fence"), params
+            ).scalar_one()
+        if fenced != 1:
+            raise LeaseLost(f"trial {claim.number} was taken over by another worker")
 
     def hand_back(
         self,
@@ -501,7 +589,7 @@ class Queue:
                 self._delete_attr(conn, trial_id, f"artifacts:{previous['artifact_id']}")
 
     def trial_system_attr(self, trial_id: int, key: str) -> Any:
-        with self.storage.engine.connect() as conn:
+        with self.storage.autocommit() as conn:
             return self._attr(conn, trial_id, key)
 
     # -- internals --------------------------------------------------------------------------

@@ -37,20 +37,24 @@ from search.study import StudyRef
 __all__ = ["Pruner", "PruningStorage"]
 
 _STATES = {s.name: s for s in TrialState}
+_RUNG_KEYS = "completed\\_rung\\_%"
+"""LIKE pattern of the system attributes successive halving (and Hyperband) write and read."""
 
 
 class PruningStorage(optuna.storages.BaseStorage):
     """A study's storage as pruners need it: trial reads are light and incremental.
 
-    Trials come back with number, state, system attributes and, once finished, intermediate
-    values and values; params and user attributes are left empty. Only pruners may read it;
+    Trials come back with number, state, their `completed_rung_*` system attributes and, for the
+    median pruner, the intermediate values of finished trials; params, values, user attributes
+    and other system attributes are left empty. Only pruners may read it;
     the methods pruners do not use go to Optuna's storage unchanged.
     """
 
     def __init__(self, storage: Storage, study: StudyRef) -> None:
-        self.engine = storage.engine
+        self._storage = storage
         self._inner = storage.optuna_storage()
         self._study = study
+        self._with_curves = study.config.pruner.type == "median"
         self._directions = [StudyDirection[study.config.study.direction.upper()]]
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial
         self._unfinished: set[int] = set()
@@ -87,7 +91,7 @@ class PruningStorage(optuna.storages.BaseStorage):
             return self._trials[trial_id]
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        with self.engine.begin() as conn:
+        with self._storage.autocommit() as conn:
             conn.execute(
                 sa.text(
                     "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
@@ -152,36 +156,39 @@ class PruningStorage(optuna.storages.BaseStorage):
     def _refresh(self) -> None:
         """Read trials that are new or were unfinished last time; finished ones never change."""
         ids = sorted(self._unfinished)
-        with self.engine.connect() as conn:
-            rows = conn.execute(
+        with self._storage.autocommit() as conn:
+            # One round trip: the trials and the rung attributes successive halving compares.
+            joined = conn.execute(
                 sa.text(
-                    "SELECT trial_id, number, state FROM trials WHERE study_id = :s AND "
-                    f"(trial_id > :max{' OR trial_id IN :ids' if ids else ''})"
-                ).bindparams(*([sa.bindparam("ids", expanding=True)] if ids else [])),
-                {"s": self._study.study_id, "max": self._max_id, **({"ids": ids} if ids else {})},
+                    "SELECT t.trial_id, t.number, t.state, a.key, a.value_json FROM trials t "
+                    "LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id "
+                    f"AND a.key LIKE '{_RUNG_KEYS}' ESCAPE '\\' WHERE t.study_id = :s AND "
+                    f"(t.trial_id > :max OR {_in_ids(conn, 't.trial_id')})"
+                ),
+                {
+                    "s": self._study.study_id,
+                    "max": self._max_id,
+                    "ids": ids if conn.dialect.name == "postgresql" else json.dumps(ids),
+                },
             ).all()
-            if not rows:
+            if not joined:
                 return
-            changed = [r.trial_id for r in rows]
+            rows = {r.trial_id: r for r in joined}.values()
+            attrs: dict[int, list[tuple]] = {}
+            for r in joined:
+                if r.key is not None:
+                    attrs.setdefault(r.trial_id, []).append((r.key, r.value_json))
+            # Only the median pruner reads finished trials' curves: the others skip the rows.
             finished = [r.trial_id for r in rows if _STATES[r.state].is_finished()]
-            attrs = _by_trial(
-                conn,
-                "SELECT trial_id, key, value_json FROM "
-                "trial_system_attributes WHERE trial_id IN :ids",
-                changed,
-            )
-            steps = _by_trial(
-                conn,
-                "SELECT trial_id, step, intermediate_value, "
-                "intermediate_value_type FROM trial_intermediate_values "
-                "WHERE trial_id IN :ids",
-                finished,
-            )
-            values = _by_trial(
-                conn,
-                "SELECT trial_id, objective, value, value_type FROM "
-                "trial_values WHERE trial_id IN :ids",
-                finished,
+            steps = (
+                _by_trial(
+                    conn,
+                    "SELECT trial_id, step, intermediate_value, intermediate_value_type "
+                    f"FROM trial_intermediate_values WHERE {_in_ids(conn, 'trial_id')}",
+                    finished,
+                )
+                if self._with_curves and finished
+                else {}
             )
         for r in rows:
             state = _STATES[r.state]
@@ -189,8 +196,7 @@ class PruningStorage(optuna.storages.BaseStorage):
                 number=r.number,
                 state=state,
                 value=None,
-                values=[_float(v, kind) for _, v, kind in sorted(values.get(r.trial_id, []))]
-                or None,
+                values=None,
                 datetime_start=None,
                 datetime_complete=None,
                 params={},
@@ -242,12 +248,18 @@ class Pruner:
         return bool(self.pruner.prune(self.study, trial))
 
 
+def _in_ids(conn: sa.Connection, column: str) -> str:
+    """`column` is in the list bound as :ids. On PostgreSQL `= ANY(array)` keeps the statement's
+    text the same for any number of ids, so the server can reuse its plan."""
+    if conn.dialect.name == "postgresql":
+        return f"{column} = ANY(:ids)"
+    return f"{column} IN (SELECT value FROM json_each(:ids))"
+
+
 def _by_trial(conn: sa.Connection, sql: str, ids: Sequence[int]) -> dict[int, list[tuple]]:
     out: dict[int, list[tuple]] = {}
-    if not ids:
-        return out
-    stmt = sa.text(sql).bindparams(sa.bindparam("ids", expanding=True))
-    for row in conn.execute(stmt, {"ids": list(ids)}):
+    bound = list(ids) if conn.dialect.name == "postgresql" else json.dumps(list(ids))
+    for row in conn.execute(sa.text(sql), {"ids": bound}):
         out.setdefault(row[0], []).append(tuple(row[1:]))
     return out
 

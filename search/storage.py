@@ -165,6 +165,13 @@ class Storage:
         with self.engine.begin() as conn:
             yield conn
 
+    @contextlib.contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A connection whose statements each commit alone: for single statements (reads, one
+        upsert), saving the BEGIN and COMMIT/ROLLBACK round trips of a transaction."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
     def optuna_storage(self) -> optuna.storages.BaseStorage:
         """Optuna's storage on the same database (cached per process, created on first use)."""
         with self._lock:
@@ -269,7 +276,8 @@ def _setup_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _first_line(exc: BaseException | None) -> str:

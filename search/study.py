@@ -92,7 +92,7 @@ def find_study(storage: Storage, name: str, *, wait_s: float = 0.0) -> StudyRef 
     get its config (Optuna creates the study and its attributes in separate transactions)."""
     deadline = time.monotonic() + wait_s
     while True:
-        with storage.engine.connect() as conn:
+        with storage.autocommit() as conn:
             row = conn.execute(
                 sa.text(
                     "SELECT s.study_id, a.value_json FROM studies s LEFT JOIN "

@@ -74,6 +74,8 @@ network trouble; a preempted machine's trial restarts elsewhere within about a m
 
 IDLE_POLL_MAX_S = 1.0
 """Longest wait between two looks for work when nothing is queued."""
+SAMPLING_POLL_S = 0.1
+"""Wait between looks for work while another worker samples the next trials."""
 
 T = TypeVar("T")
 
@@ -228,8 +230,10 @@ class Worker:
             counts = self._retry(self.queue.counts, "count trials")
             if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
                 return None
-            if counts.total < n_trials and self._retry(self._top_up, "sample trials"):
-                idle_s = 0.05
+            if counts.total < n_trials:
+                if not self._retry(self._top_up, "sample trials"):
+                    # Another worker is sampling: its trials appear within moments.
+                    self._stop.wait(SAMPLING_POLL_S * (0.5 + random.random()))
                 continue
             # Everything is created and taken: wait for a trial to free up (a dead worker's,
             # reaped by the heartbeat thread) or for the study to end.
@@ -382,7 +386,8 @@ class Worker:
             if not needs_check:
                 return False
             try:
-                self._reports.flush()
+                # The values need not be stored first: pruners compare the other trials' rung
+                # attributes with this trial's values, which the pruner is handed here.
                 decision = self._should_prune(claim, reported)
                 self._db_back()
             except LeaseLost:
@@ -450,21 +455,23 @@ class Worker:
                 math.ceil(live / 4) if self.config.study.sampler in LEARNS_FROM_RESULTS else live
             )
             wanted = min(missing, max(1, ahead) - counts.waiting)
+            if self.config.study.sampler == "random":
+                # Random points need no history: trials are written whole, a batch per
+                # transaction; batches grow (1, 2, 4, ...) so the first is claimable at once.
+                self._study()  # loaded before: SQLite must not wait on its own transaction
+                done, batch = 0, 1
+                while done < wanted and not self._stop.is_set():
+                    batch = min(batch, wanted - done)
+                    self.queue.create_sampled_trials(self._random_params, batch)
+                    done, batch = done + batch, batch * 2
+                return wanted > 0
             for _ in range(wanted):
                 if self._stop.is_set():
                     break
-                self._sample_one()
+                trial_id, number = self.queue.create_trial()
+                self._sample_params(trial_id, number, self.config.space)
+                self.queue.enqueue_sampled(trial_id)
             return wanted > 0
-
-    def _sample_one(self) -> None:
-        if self.config.study.sampler == "random":
-            # Random points need no history: the trial is written whole, in one transaction.
-            self._study()  # loaded before: SQLite must not wait on its own open transaction
-            self.queue.create_trial(self._random_params)
-            return
-        trial_id, number = self.queue.create_trial()
-        self._sample_params(trial_id, number, self.config.space)
-        self.queue.enqueue_sampled(trial_id)
 
     def _random_params(self, number: int) -> dict[str, tuple[float, str]]:
         from optuna.distributions import distribution_to_json
@@ -500,7 +507,7 @@ class Worker:
         the worker that ran it before (if it is resumed)."""
         from optuna.distributions import json_to_distribution
 
-        with self.storage.engine.connect() as conn:
+        with self.storage.autocommit() as conn:
             rows = conn.execute(
                 sa.text(
                     "SELECT param_name, param_value, distribution_json FROM trial_params "
