@@ -57,6 +57,7 @@ class PruningStorage(optuna.storages.BaseStorage):
         self._with_curves = study.config.pruner.type == "median"
         self._directions = [StudyDirection[study.config.study.direction.upper()]]
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial
+        self._sorted: list[FrozenTrial] | None = None  # _trials by number, until one changes
         self._unfinished: set[int] = set()
         self._max_id = -1
         self._lock = threading.Lock()
@@ -79,7 +80,9 @@ class PruningStorage(optuna.storages.BaseStorage):
     ) -> list[FrozenTrial]:
         with self._lock:
             self._refresh()
-            trials = sorted(self._trials.values(), key=lambda t: t.number)
+            if self._sorted is None:
+                self._sorted = sorted(self._trials.values(), key=lambda t: t.number)
+            trials = self._sorted
         if states is not None:
             trials = [t for t in trials if t.state in states]
         return trials  # never deep-copied: pruners only read them
@@ -107,6 +110,7 @@ class PruningStorage(optuna.storages.BaseStorage):
                 trial = copy.copy(self._trials[trial_id])
                 trial.system_attrs = {**trial.system_attrs, key: value}
                 self._trials[trial_id] = trial
+                self._sorted = None
 
     # The rest of Optuna's storage interface, unused by pruners, goes to Optuna's storage.
     def create_new_study(
@@ -192,6 +196,11 @@ class PruningStorage(optuna.storages.BaseStorage):
             )
         for r in rows:
             state = _STATES[r.state]
+            system_attrs = {k: json.loads(v) for k, v in attrs.get(r.trial_id, [])}
+            known = self._trials.get(r.trial_id)
+            if known is not None and known.state == state and known.system_attrs == system_attrs:
+                continue  # most unfinished trials have not changed since the last look
+            self._sorted = None
             self._trials[r.trial_id] = FrozenTrial(
                 number=r.number,
                 state=state,
@@ -202,7 +211,7 @@ class PruningStorage(optuna.storages.BaseStorage):
                 params={},
                 distributions={},
                 user_attrs={},
-                system_attrs={k: json.loads(v) for k, v in attrs.get(r.trial_id, [])},
+                system_attrs=system_attrs,
                 intermediate_values={
                     step: _float(v, kind) for step, v, kind in steps.get(r.trial_id, [])
                 },

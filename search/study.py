@@ -73,7 +73,9 @@ def create_study(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]
                 study._study_id, CONFIG_ATTR, config.to_dict()
             )
             logger.info("created study %r in %s", name, storage.safe_url)
-            return StudyRef(study._study_id, name, config), True
+            ref = StudyRef(study._study_id, name, config)
+            _queue_first_trials(storage, ref)
+            return ref, True
     if existing is None:
         raise ConfigError(
             f"study {name!r} exists in {storage.safe_url} but is not an hpsearch study"
@@ -85,6 +87,31 @@ def create_study(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]
             "use another study.name or the same config"
         )
     return existing, False
+
+
+def _queue_first_trials(storage: Storage, study: StudyRef) -> None:
+    """Sample the first trials now, for samplers whose points do not depend on results, so that
+    the first workers start at once instead of racing each other to sample."""
+    import os
+    import socket
+    import uuid
+
+    from search.dispatch import Queue
+    from search.samplers import LEARNS_FROM_RESULTS
+    from search.sampling import PREFILL, TrialSampler
+
+    if study.config.study.sampler in LEARNS_FROM_RESULTS:
+        return
+    # Registered like a worker: should `create` die while sampling, its trials are reaped.
+    creator = f"create-{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    queue = Queue(storage, study.study_id, creator)
+    queue.register(hostname=socket.gethostname(), pid=os.getpid(), device="-", grace_s=60.0)
+    try:
+        TrialSampler(storage, study, queue).top_up(
+            at_least=min(PREFILL, study.config.study.n_trials)
+        )
+    finally:
+        queue.unregister("created the study")
 
 
 def find_study(storage: Storage, name: str, *, wait_s: float = 0.0) -> StudyRef | None:

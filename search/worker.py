@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -41,16 +41,14 @@ import sqlalchemy as sa
 from search.dispatch import Claim, LeaseLost, Queue
 from search.pruners import rung_steps
 from search.reports import ReportWriter
-from search.samplers import LEARNS_FROM_RESULTS, derived_seed
+from search.samplers import derived_seed
+from search.sampling import TrialSampler
 from search.storage import Storage, is_transient
 
 if TYPE_CHECKING:
-    import optuna
-
     from search.artifacts import ArtifactStore
     from search.config import StudyConfig
     from search.pruning import Pruner
-    from search.space import Param
     from search.study import StudyRef
     from trainer import CheckpointStore
 
@@ -139,6 +137,7 @@ class Worker:
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.queue = Queue(storage, study.study_id, self.worker_id)
+        self.sampler = TrialSampler(storage, study, self.queue)
         self.artifacts = artifacts
         self.keep_checkpoints = keep_checkpoints
         self._run_trial = run_trial
@@ -148,7 +147,6 @@ class Worker:
         self._trial_stop = threading.Event()  # the running trial must stop
         self._claim: Claim | None = None
         self._lost = False  # the running trial was taken over
-        self._optuna_study: optuna.Study | None = None
         self._pruner: Pruner | None = None
         self._sampler_thread: threading.Thread | None = None
         self._db_down_since: float | None = None
@@ -415,13 +413,6 @@ class Worker:
             self._pruner = Pruner(self.storage, self.study)
         return self._pruner
 
-    def _study(self) -> optuna.Study:
-        if self._optuna_study is None:
-            from search.study import load_optuna_study
-
-            self._optuna_study = load_optuna_study(self.storage, self.study)
-        return self._optuna_study
-
     # -- sampling ahead ---------------------------------------------------------------------
 
     def _maybe_sample_ahead(self) -> None:
@@ -440,65 +431,7 @@ class Worker:
                 logger.exception("sampling ahead failed")
 
     def _top_up(self) -> bool:
-        """If this process wins the sampling lock, fill the queue; True if it created trials."""
-        with self.queue.sampling_lock() as got:
-            if not got:
-                return False
-            counts = self.queue.counts()
-            missing = self.config.study.n_trials - counts.total
-            if missing <= 0:
-                return False
-            live = max(1, self.queue.live_workers())
-            # Samplers that learn from results see queued trials only once they run: keep their
-            # queue short. Random, grid and QMC points do not depend on results: one per worker.
-            ahead = (
-                math.ceil(live / 4) if self.config.study.sampler in LEARNS_FROM_RESULTS else live
-            )
-            wanted = min(missing, max(1, ahead) - counts.waiting)
-            if self.config.study.sampler == "random":
-                # Random points need no history: trials are written whole, a batch per
-                # transaction; batches grow (1, 2, 4, ...) so the first is claimable at once.
-                self._study()  # loaded before: SQLite must not wait on its own transaction
-                done, batch = 0, 1
-                while done < wanted and not self._stop.is_set():
-                    batch = min(batch, wanted - done)
-                    self.queue.create_sampled_trials(self._random_params, batch)
-                    done, batch = done + batch, batch * 2
-                return wanted > 0
-            for _ in range(wanted):
-                if self._stop.is_set():
-                    break
-                trial_id, number = self.queue.create_trial()
-                self._sample_params(trial_id, number, self.config.space)
-                self.queue.enqueue_sampled(trial_id)
-            return wanted > 0
-
-    def _random_params(self, number: int) -> dict[str, tuple[float, str]]:
-        from optuna.distributions import distribution_to_json
-        from optuna.trial import TrialState, create_trial
-
-        from search.samplers import distribution, make_sampler
-
-        sampler = make_sampler(self.config, number)
-        stub = create_trial(state=TrialState.RUNNING)
-        out = {}
-        for param in self.config.space:
-            dist = distribution(param)
-            value = sampler.sample_independent(self._study(), stub, param.name, dist)
-            out[param.name] = (dist.to_internal_repr(value), distribution_to_json(dist))
-        return out
-
-    def _sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
-        """Sample `space` into trial `trial_id` through Optuna (sampler hooks, fixed params)."""
-        import optuna
-
-        from search.samplers import make_sampler, suggest
-        from search.study import load_optuna_study
-
-        study = load_optuna_study(self.storage, self.study, make_sampler(self.config, number))
-        study.get_trials(deepcopy=False)  # sync the cached storage: it must know the new trial
-        trial = optuna.Trial(study, trial_id)
-        return {param.name: suggest(trial, param) for param in space}
+        return self.sampler.top_up(stop=self._stop)
 
     # -- trial state ------------------------------------------------------------------------
 
@@ -535,7 +468,7 @@ class Worker:
         missing = [p for p in self.config.space if p.name not in params]
         if missing:
             # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
-            params.update(self._sample_params(claim.trial_id, claim.number, missing))
+            params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
         reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
         return params, reported, previous
 

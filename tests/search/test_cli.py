@@ -226,10 +226,17 @@ def test_unknown_study_and_changed_config_are_bad_input(
 
     config = write_config(tmp_path, study_name, n_trials=3)
     assert hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path).returncode == 0
+    # Random search: `create` queues the first trials, so workers start at once.
+    queued = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    assert [(t.number, t.state.name) for t in queued] == [
+        (0, "WAITING"),
+        (1, "WAITING"),
+        (2, "WAITING"),
+    ]
     same = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert same.returncode == 0 and "already exists, same config" in same.stdout
     config.write_text(config.read_text().replace("n_trials = 3", "n_trials = 4"))
     changed = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert changed.returncode == 2
     assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
-    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == []
+    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued

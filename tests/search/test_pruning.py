@@ -12,7 +12,7 @@ from search.config import parse_config
 from search.pruners import make_pruner
 from search.pruning import Pruner
 from search.storage import open_storage
-from search.study import StudyRef, create_study
+from search.study import create_study
 from search.worker import Worker
 from tests.search.objectives import curve
 
@@ -29,7 +29,7 @@ from tests.search.objectives import curve
 def test_decisions_match_optuna(storage_url: str, study_name: str, pruner: dict) -> None:
     config = parse_config(
         {
-            "study": {"name": study_name, "n_trials": 40, "sampler": "random"},
+            "study": {"name": study_name, "n_trials": 24, "sampler": "random"},
             "pruner": pruner,
             "task": {"name": "digits", "epochs": 9},
             "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
@@ -38,8 +38,7 @@ def test_decisions_match_optuna(storage_url: str, study_name: str, pruner: dict)
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, config)
     # A history of finished trials, written by a real worker...
-    history = StudyRef(ref.study_id, ref.name, config.with_study(n_trials=24))
-    Worker(storage, history, run_trial=curve, grace_s=5, progress=False).run()
+    Worker(storage, ref, run_trial=curve, grace_s=5, progress=False).run()
 
     # ...then new running trials, judged epoch by epoch by both.
     plain = optuna.load_study(
