@@ -33,7 +33,7 @@ from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
 from search.dispatch import Claim, Queue
-from search.storage import Storage
+from search.storage import Storage, retry
 from trainer.checkpoint import CheckpointStore
 
 __all__ = [
@@ -210,11 +210,15 @@ class TrialCheckpoints(CheckpointStore):
                 self.store.remove(previous)
 
     def open(self) -> BinaryIO | None:
-        pointer = self.queue.trial_system_attr(self.claim.trial_id, POINTER_ATTR)
+        # Waits out a database outage: starting over while a checkpoint exists would lose work.
+        pointer = retry(
+            lambda: self.queue.trial_system_attr(self.claim.trial_id, POINTER_ATTR),
+            "read the checkpoint pointer",
+        )
         if pointer is None:
             return None
         try:
-            return self.store.open_reader(pointer["artifact_id"])
+            return retry(lambda: self.store.open_reader(pointer["artifact_id"]), "read it")
         except ArtifactNotFound:
             logger.warning(
                 "trial %d: its checkpoint %s is missing from the artifact store; starting over",

@@ -209,8 +209,9 @@ class _WorkerOptions:
 def _run_worker(storage: Storage, study_name: str, device: str, options: _WorkerOptions) -> int:
     from search.artifacts import artifact_store_for
     from search.migrate import check_schema
+    from search.storage import retry
     from search.study import open_study
-    from search.worker import Worker, retry
+    from search.worker import Worker
 
     # The database answered once (open_storage); if it restarts now, wait for it.
     retry(lambda: check_schema(storage), "check the schema", attempts=12)

@@ -196,22 +196,28 @@ class Queue:
 
     def counts(self) -> Counts:
         with self.storage.autocommit() as conn:
-            rows = conn.execute(
-                sa.text("SELECT state, count(*) FROM trials WHERE study_id = :s GROUP BY state"),
-                {"s": self.study_id},
-            ).all()
-        return Counts({str(state): n for state, n in rows})
+            return self._counts(conn)
 
     def live_workers(self) -> int:
         """Workers of this study that heartbeat within their grace period."""
         with self.storage.autocommit() as conn:
-            return conn.execute(
-                sa.text(
-                    f"SELECT count(*) FROM {self._t}workers WHERE study_id = :s "
-                    f"AND stopped_at IS NULL AND {now_sql(conn)} - heartbeat_at <= grace_s"
-                ),
-                {"s": self.study_id},
-            ).scalar_one()
+            return self._live_workers(conn)
+
+    def _counts(self, conn: Connection) -> Counts:
+        rows = conn.execute(
+            sa.text("SELECT state, count(*) FROM trials WHERE study_id = :s GROUP BY state"),
+            {"s": self.study_id},
+        ).all()
+        return Counts({str(state): n for state, n in rows})
+
+    def _live_workers(self, conn: Connection) -> int:
+        return conn.execute(
+            sa.text(
+                f"SELECT count(*) FROM {self._t}workers WHERE study_id = :s "
+                f"AND stopped_at IS NULL AND {now_sql(conn)} - heartbeat_at <= grace_s"
+            ),
+            {"s": self.study_id},
+        ).scalar_one()
 
     def claim(self) -> Claim | None:
         """Take the lowest-numbered WAITING trial, or None if there is none."""
@@ -315,18 +321,30 @@ class Queue:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     def create_sampled_trials(
-        self, params_for: Callable[[int], dict[str, tuple[float, str]]], count: int
-    ) -> None:
-        """Insert the study's next `count` trials, WAITING with their params, in one transaction.
+        self,
+        params_for: Callable[[int], dict[str, tuple[float, str]]],
+        how_many: Callable[[Counts, int], int],
+    ) -> int:
+        """Top the queue up with trials whose params need no history (random search), in one
+        transaction on one connection: take the sampling lock for the transaction, count,
+        insert `how_many(counts, live workers)` WAITING trials with their params.
 
-        `params_for`: trial number -> {name: (internal value, distribution JSON)}. Call only
-        while holding the sampling lock (trial numbers are counted, as Optuna does).
+        `params_for`: trial number -> {name: (internal value, distribution JSON)}. Returns how
+        many trials were created (0 if another process holds the sampling lock).
         """
         with self.storage.transaction() as conn:
-            first = conn.execute(
-                sa.text("SELECT count(*) FROM trials WHERE study_id = :s"), {"s": self.study_id}
-            ).scalar_one()
-            for number in range(first, first + count):
+            # SQLite's BEGIN IMMEDIATE already excludes every other writer.
+            if (
+                self._pg
+                and not conn.execute(
+                    sa.text("SELECT pg_try_advisory_xact_lock(:c, :s)"),
+                    {"c": _LOCK_CLASS, "s": self.study_id},
+                ).scalar_one()
+            ):
+                return 0
+            counts = self._counts(conn)
+            count = how_many(counts, self._live_workers(conn))
+            for number in range(counts.total, counts.total + max(0, count)):
                 trial_id = conn.execute(
                     sa.text(
                         "INSERT INTO trials (number, study_id, state, datetime_start) VALUES "
@@ -345,6 +363,7 @@ class Queue:
                         for name, (value, dist) in params_for(number).items()
                     ],
                 )
+            return max(0, count)
 
     def create_trial(self) -> tuple[int, int]:
         """Insert the study's next trial, to be sampled through Optuna by this worker, then

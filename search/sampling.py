@@ -11,9 +11,9 @@ depends on the sampler:
   latest results. (With constant liar, TPE counts running trials as bad results, so parallel
   workers spread out instead of piling onto the current best point.)
 
-Random trials are written whole, in batches (1, 2, 4, ... per transaction, so the first is
-claimable at once). Other samplers go through a real `optuna.Trial` on a row created for it, so
-every sampler hook (grid ids, QMC counters, CMA-ES generations) and the fixed params of trials
+Random trials are written whole (lock, count, trials and params) in one transaction on one
+connection. Other samplers go through a real `optuna.Trial` on a row created for it, so every
+sampler hook (grid ids, QMC counters, CMA-ES generations) and the fixed params of trials
 enqueued with plain Optuna work as in Optuna.
 """
 
@@ -24,7 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from search.dispatch import Queue
+from search.dispatch import Counts, Queue
 from search.samplers import LEARNS_FROM_RESULTS
 from search.space import Param
 from search.storage import Storage
@@ -51,27 +51,23 @@ class TrialSampler:
     def top_up(self, *, stop: threading.Event | None = None, at_least: int = 0) -> bool:
         """If this process wins the sampling lock, fill the queue to its depth (or to
         `at_least` trials waiting); True if it created trials."""
+
+        def how_many(counts: Counts, live: int) -> int:
+            missing = self.config.study.n_trials - counts.total
+            learns = self.config.study.sampler in LEARNS_FROM_RESULTS
+            depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
+            return min(missing, max(1, depth, at_least) - counts.waiting)
+
+        if self.config.study.sampler == "random":
+            # No history needed: lock, count and insert in one transaction, one connection.
+            self.optuna_study()  # loaded first: SQLite must not wait on its own transaction
+            return self.queue.create_sampled_trials(self._random_params, how_many) > 0
         with self.queue.sampling_lock() as got:
             if not got:
                 return False
-            counts = self.queue.counts()
-            missing = self.config.study.n_trials - counts.total
-            if missing <= 0:
-                return False
-            live = max(1, self.queue.live_workers())
-            learns = self.config.study.sampler in LEARNS_FROM_RESULTS
-            depth = math.ceil(live / 4) if learns else live
-            wanted = min(missing, max(1, depth, at_least) - counts.waiting)
+            wanted = how_many(self.queue.counts(), self.queue.live_workers())
             if wanted <= 0:
                 return False
-            if self.config.study.sampler == "random":
-                self.optuna_study()  # loaded first: SQLite must not wait on its own transaction
-                done, batch = 0, 1
-                while done < wanted and not (stop and stop.is_set()):
-                    batch = min(batch, wanted - done)
-                    self.queue.create_sampled_trials(self._random_params, batch)
-                    done, batch = done + batch, batch * 2
-                return True
             for _ in range(wanted):
                 if stop and stop.is_set():
                     break

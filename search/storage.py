@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 import sqlalchemy.orm
@@ -45,7 +47,10 @@ __all__ = [
     "normalize_url",
     "open_storage",
     "resolve_url",
+    "retry",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_STORAGE = "sqlite:///hpsearch.db"
 SCHEMA = "hpsearch"
@@ -194,6 +199,37 @@ class Storage:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def retry(
+    fn: Callable[[], T],
+    what: str,
+    *,
+    attempts: int | None = None,
+    on_error: Callable[[BaseException, str], None] | None = None,
+    on_success: Callable[[], None] | None = None,
+    max_delay_s: float = 15.0,
+) -> T:
+    """Call fn, retrying transient database errors with exponential backoff and jitter.
+
+    attempts=None retries until the database answers (the work must not be lost).
+    """
+    delay, attempt = 0.2, 0
+    while True:
+        attempt += 1
+        try:
+            result = fn()
+        except Exception as exc:
+            if not is_transient(exc) or (attempts is not None and attempt >= attempts):
+                raise
+            if on_error is not None:
+                on_error(exc, what)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, max_delay_s)
+            continue
+        if on_success is not None:
+            on_success()
+        return result
 
 
 def open_storage(url: str, *, create: bool = False, check: bool = True) -> Storage:

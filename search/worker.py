@@ -43,7 +43,7 @@ from search.pruners import rung_steps
 from search.reports import ReportWriter
 from search.samplers import derived_seed
 from search.sampling import TrialSampler
-from search.storage import Storage, is_transient
+from search.storage import Storage, is_transient, retry
 
 if TYPE_CHECKING:
     from search.artifacts import ArtifactStore
@@ -58,7 +58,6 @@ __all__ = [
     "TrialOutcome",
     "TrialRun",
     "Worker",
-    "retry",
 ]
 
 logger = logging.getLogger("search.worker")
@@ -567,37 +566,6 @@ class Worker:
         if self._progress:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-
-
-def retry(
-    fn: Callable[[], T],
-    what: str,
-    *,
-    attempts: int | None = None,
-    on_error: Callable[[BaseException, str], None] | None = None,
-    on_success: Callable[[], None] | None = None,
-    max_delay_s: float = 15.0,
-) -> T:
-    """Call fn, retrying transient database errors with exponential backoff and jitter.
-
-    attempts=None retries until the database answers (the work must not be lost).
-    """
-    delay, attempt = 0.2, 0
-    while True:
-        attempt += 1
-        try:
-            result = fn()
-        except Exception as exc:
-            if not is_transient(exc) or (attempts is not None and attempt >= attempts):
-                raise
-            if on_error is not None:
-                on_error(exc, what)
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, max_delay_s)
-            continue
-        if on_success is not None:
-            on_success()
-        return result
 
 
 def _intermediate(value: float | None, kind: str) -> float:

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -79,7 +80,8 @@ def study_name(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
     """A PostgreSQL server of this test session's own (initdb, a free port), and a function that
-    restarts it: tests that take the database away must not disturb the shared server."""
+    stops it for a few seconds and starts it again: tests that take the database away must not
+    disturb the shared server."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     initdb = shutil.which("initdb") or (bins[-1] if bins else None)
     if initdb is None:
@@ -120,7 +122,14 @@ def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
     ctl("start")
     url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
     try:
-        yield url, lambda: ctl("restart", "-m", "fast")
+
+        def restart(down_s: float = 3.0) -> None:
+            # Stop, stay away a while (connections break, statements fail), start again.
+            ctl("stop", "-m", "fast")
+            time.sleep(down_s)
+            ctl("start")
+
+        yield url, restart
     finally:
         ctl("stop", "-m", "immediate")
         shutil.rmtree(root, ignore_errors=True)

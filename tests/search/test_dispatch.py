@@ -67,15 +67,16 @@ def test_create_is_idempotent_and_refuses_another_config(storage_url: str, study
 
 def test_enqueued_trials_are_run_with_their_fixed_params(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
-    create_study(storage, make_config(study_name, n_trials=3))
+    ref, _ = create_study(storage, make_config(study_name, n_trials=3))
     study = optuna.load_study(study_name=study_name, storage=storage_url)
+    assert [t.state.name for t in study.trials] == ["WAITING"] * 3  # queued by `create`
     study.enqueue_trial({"x": 0.25, "width": 16})  # plain Optuna API, partial params
-    ref = create_study(storage, make_config(study_name, n_trials=3))[0]
     Worker(storage, ref, run_trial=curve, grace_s=5, progress=False).run()
-    first = study.get_trials(deepcopy=False)[0]
-    assert first.params["x"] == 0.25 and first.params["width"] == 16
-    assert 1e-4 <= first.params["lr"] <= 1e-1  # the missing one was sampled
-    assert len(study.trials) == 3
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 4 and all(t.state.is_finished() for t in trials)
+    enqueued = trials[3]
+    assert enqueued.params["x"] == 0.25 and enqueued.params["width"] == 16
+    assert 1e-4 <= enqueued.params["lr"] <= 1e-1  # the missing one was sampled
 
 
 def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
