@@ -12,20 +12,41 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
 if TYPE_CHECKING:
     from search.config import PrunerSettings, StudyConfig
 
-__all__ = ["make_pruner", "rung_steps"]
+__all__ = ["HyperbandPruner", "make_pruner", "rung_steps"]
+
+
+class HyperbandPruner(optuna.pruners.HyperbandPruner):
+    """Optuna's Hyperband, remembering each trial's bracket.
+
+    At every decision Optuna recomputes the bracket of every trial of the study (a hash of the
+    study name and the trial number) to find the bracket's trials: O(n_trials) hashes per
+    decision, a tenth of a worker's CPU with 32 workers. A trial's bracket never changes. (If
+    Optuna renames the private method, this override only stops saving time.)
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._brackets: dict[tuple[str, int], int] = {}
+
+    def _get_bracket_id(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> int:
+        key = (study.study_name, trial.number)
+        bracket = self._brackets.get(key)
+        if bracket is None:
+            bracket = self._brackets[key] = super()._get_bracket_id(study, trial)
+        return bracket
 
 
 def make_pruner(config: StudyConfig) -> optuna.pruners.BasePruner:
     p = config.pruner
     if p.type == "hyperband":
-        return optuna.pruners.HyperbandPruner(
+        return HyperbandPruner(
             min_resource=p.min_resource,
             max_resource=config.task.epochs,
             reduction_factor=p.reduction_factor,

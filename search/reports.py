@@ -1,7 +1,8 @@
 """Writing a trial's intermediate values without making training wait for the database.
 
 Most epochs need no pruning decision (successive halving and Hyperband decide only at rungs), so
-their values are written by a background thread while training goes on. Before a decision, the
+their values are written by a background thread while training goes on, at most one write per
+half second (values of fast epochs share a statement). Before a decision, the
 caller flushes: the values are in the database before the pruner is asked. Whatever is still
 unwritten when the trial ends goes into the same transaction that records its end. While the
 database is away, values wait here and are written once it answers again.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from search.dispatch import Claim, LeaseLost, Queue
@@ -38,10 +40,11 @@ class ReportWriter:
         on_error: Callable[[BaseException, str], None],
         on_success: Callable[[], None],
         retry_s: float = 1.0,
+        coalesce_s: float = 0.5,
     ) -> None:
         self.queue = queue
         self._on_lost, self._on_error, self._on_success = on_lost, on_error, on_success
-        self._retry_s = retry_s
+        self._retry_s, self._coalesce_s = retry_s, coalesce_s
         self._claim: Claim | None = None
         self._pending: dict[int, float] = {}
         self._state = threading.Lock()  # guards _claim and _pending
@@ -97,6 +100,10 @@ class ReportWriter:
             self._wake.clear()
             if self._closed:
                 return
+            # Gather what arrives in the next moment into the same write (fast epochs); values
+            # still waiting when the trial ends go with its end, in one transaction.
+            if self._coalesce_s and retry_in is None:
+                time.sleep(self._coalesce_s)
             retry_in = None
             with self._state:
                 claim = self._claim

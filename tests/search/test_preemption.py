@@ -31,6 +31,9 @@ from tests.search.processes import (
 )
 from tests.search.test_cli import write_config
 
+EPOCHS = 12
+"""Epochs of the interrupted trial: long enough that the signal lands in the middle of it."""
+
 
 def uninterrupted(config_path: Path, params: dict, number: int) -> list[float]:
     """The per-epoch metrics of the same trial trained start to finish in one go."""
@@ -56,7 +59,7 @@ def test_a_stopped_worker_s_trial_is_finished_elsewhere_from_its_checkpoint(
     config = write_config(tmp_path, study_name, n_trials=1)
     config.write_text(
         config.read_text()
-        .replace("epochs = 4", "epochs = 8")
+        .replace("epochs = 4", f"epochs = {EPOCHS}")
         .replace('type = "hyperband"', 'type = "none"')
         .replace("min_resource = 1\nreduction_factor = 2\n", "")
     )
@@ -72,7 +75,7 @@ def test_a_stopped_worker_s_trial_is_finished_elsewhere_from_its_checkpoint(
     finally:
         first.kill()
     epochs_done = reported_epochs(pg_url, study_name, 0)
-    assert epochs_done < 8, "the trial finished before the signal: make it longer"
+    assert epochs_done < EPOCHS, "the trial finished before the signal: make it longer"
     if signum != signal.SIGKILL:
         assert stopped_in < 10, f"took {stopped_in:.1f} s to checkpoint and hand back"
         assert trial_states(pg_url, study_name) == {"WAITING": 1}  # handed back at once
@@ -89,10 +92,10 @@ def test_a_stopped_worker_s_trial_is_finished_elsewhere_from_its_checkpoint(
     resumed = trial.user_attrs["resumed_from"]
     assert resumed["worker_id"] == re.search(r"worker (\S+) joined", first.log())[1]
     assert resumed["epoch"] >= 2  # it continued from a checkpoint, not from scratch
-    assert trial.user_attrs["epochs_trained"] == 8
+    assert trial.user_attrs["epochs_trained"] == EPOCHS
     # Exactly the run it would have been without the interruption, epoch by epoch.
     expected = uninterrupted(config, trial.params, trial.number)
-    assert [trial.intermediate_values[e] for e in range(1, 9)] == expected
+    assert [trial.intermediate_values[e] for e in range(1, EPOCHS + 1)] == expected
     assert trial.value == expected[-1]
     leases = query(
         pg_url,

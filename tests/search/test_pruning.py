@@ -9,7 +9,6 @@ import pytest
 import sqlalchemy as sa
 
 from search.config import parse_config
-from search.pruners import make_pruner
 from search.pruning import Pruner
 from search.storage import open_storage
 from search.study import create_study
@@ -41,9 +40,17 @@ def test_decisions_match_optuna(storage_url: str, study_name: str, pruner: dict)
     Worker(storage, ref, run_trial=curve, grace_s=5, progress=False).run()
 
     # ...then new running trials, judged epoch by epoch by both.
-    plain = optuna.load_study(
-        study_name=study_name, storage=storage_url, pruner=make_pruner(config)
-    )
+    # Optuna's own pruner, built here rather than by hpsearch, on Optuna's own storage.
+    reference = {
+        "hyperband": lambda: optuna.pruners.HyperbandPruner(
+            min_resource=1, max_resource=9, reduction_factor=3
+        ),
+        "successive_halving": lambda: optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=1, reduction_factor=2
+        ),
+        "median": lambda: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+    }[pruner["type"]]()
+    plain = optuna.load_study(study_name=study_name, storage=storage_url, pruner=reference)
     ours = Pruner(open_storage(storage_url), ref)
     rng = random.Random(0)
     decisions = []
