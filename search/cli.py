@@ -10,9 +10,11 @@ import argparse
 import json
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -232,10 +234,11 @@ def _run_worker_processes(
 ) -> int:
     """One child process per device; the storage URL travels in the environment, never argv
     (where `ps` would show its password)."""
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[subprocess.Popen[str]] = []
     cpu_workers = sum(d == "cpu" for d in devices)
     for device in devices:
-        env = dict(os.environ, HPSEARCH_STORAGE=url)
+        # This process draws the one progress line; the workers only log.
+        env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
         if device.startswith("cuda:"):
             env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
             device = "cuda:0"
@@ -244,8 +247,14 @@ def _run_worker_processes(
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_workers))
         cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
         cmd += ["--device", device, *options.argv()]
-        children.append(subprocess.Popen(cmd, env=env))
+        children.append(
+            subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1)
+        )
     logger.info("started %d workers on %s", len(children), ", ".join(devices))
+    lines: queue.Queue[str] = queue.Queue()
+    for child in children:
+        threading.Thread(target=_relay, args=(child, lines), daemon=True).start()
+    progress = _StudyProgress(url, study_name) if sys.stderr.isatty() else None
 
     def forward(signum: int, _frame: Any) -> None:
         for child in children:
@@ -255,18 +264,72 @@ def _run_worker_processes(
     previous = signal.signal(signal.SIGTERM, forward)
     interrupted = False
     try:
-        while any(child.poll() is None for child in children):
+        while any(child.poll() is None for child in children) or not lines.empty():
             try:
-                time.sleep(0.2)
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                line = None
             except KeyboardInterrupt:
                 # The terminal sent Ctrl-C to the children too; they checkpoint and hand back.
                 interrupted = True
+                continue
+            if progress is not None:
+                progress.clear()
+            if line is not None:
+                sys.stderr.write(line)
+            if progress is not None:
+                progress.draw()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if progress is not None:
+            progress.clear()
     codes = [child.returncode for child in children]
     if interrupted or EXIT_INTERRUPTED in codes:
         return EXIT_INTERRUPTED
     return EXIT_OK if all(c == 0 for c in codes) else EXIT_FAILURE
+
+
+def _relay(child: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    assert child.stderr is not None
+    for line in child.stderr:
+        lines.put(line)
+
+
+class _StudyProgress:
+    """One live line for a study run by several local workers: counts and the best so far."""
+
+    def __init__(self, url: str, study_name: str) -> None:
+        self.storage = open_storage(url)
+        self.study_name = study_name
+        self._text, self._at = "", 0.0
+
+    def draw(self) -> None:
+        if time.monotonic() - self._at >= 1.0:
+            from search.status import study_status
+            from search.study import open_study
+
+            self._at = time.monotonic()
+            try:
+                s = study_status(self.storage, open_study(self.storage, self.study_name))
+            except Exception:  # a line not redrawn this second costs nothing
+                return
+            done = s["complete"] + s["pruned"] + s["failed"]
+            best = (
+                ""
+                if s["best"] is None
+                else (
+                    f" | best {s['metric']} {s['best']['value']:.4g} (trial {s['best']['number']})"
+                )
+            )
+            self._text = (
+                f"{self.study_name}: {done}/{s['n_trials']} finished "
+                f"({s['pruned']} pruned), {s['running']} running{best}"
+            )
+        sys.stderr.write(f"\r\033[K{self._text}")
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        sys.stderr.write("\r\033[K")
 
 
 def _print_summary(storage: Storage, study_name: str) -> None:

@@ -12,7 +12,7 @@ from search.dispatch import now_sql
 from search.storage import Storage
 from search.study import StudyRef
 
-__all__ = ["format_best", "format_status", "study_status"]
+__all__ = ["best_trial", "format_best", "format_status", "study_status"]
 
 
 def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
@@ -21,7 +21,6 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
 
     t = "hpsearch." if storage.is_postgres else ""
     config = study.config
-    order = "DESC" if config.study.direction == "maximize" else "ASC"
     with storage.engine.connect() as conn:
         counts = dict(
             conn.execute(
@@ -29,15 +28,7 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
                 {"s": study.study_id},
             ).all()
         )
-        best = conn.execute(
-            sa.text(
-                "SELECT t.trial_id, t.number, v.value, v.value_type FROM trials t "
-                "JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 "
-                "WHERE t.study_id = :s AND t.state = 'COMPLETE' AND v.value IS NOT NULL "
-                f"ORDER BY v.value {order}, t.number LIMIT 1"
-            ),
-            {"s": study.study_id},
-        ).first()
+        best = _best(conn, study)
         params: dict[str, Any] = {}
         if best is not None:
             for name, value, dist in conn.execute(
@@ -92,6 +83,26 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
             for r in running
         ],
     }
+
+
+def best_trial(storage: Storage, study: StudyRef) -> tuple[int, float] | None:
+    """(number, value) of the best complete trial so far, or None."""
+    with storage.autocommit() as conn:
+        row = _best(conn, study)
+    return None if row is None else (row.number, float(row.value))
+
+
+def _best(conn: sa.Connection, study: StudyRef) -> Any:
+    order = "DESC" if study.config.study.direction == "maximize" else "ASC"
+    return conn.execute(
+        sa.text(
+            "SELECT t.trial_id, t.number, v.value FROM trials t "
+            "JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 "
+            "WHERE t.study_id = :s AND t.state = 'COMPLETE' AND v.value IS NOT NULL "
+            f"ORDER BY v.value {order}, t.number LIMIT 1"
+        ),
+        {"s": study.study_id},
+    ).first()
 
 
 def format_status(status: dict[str, Any]) -> str:

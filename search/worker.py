@@ -140,7 +140,10 @@ class Worker:
         self.artifacts = artifacts
         self.keep_checkpoints = keep_checkpoints
         self._run_trial = run_trial
-        self._progress = sys.stderr.isatty() if progress is None else progress
+        if progress is None:  # a live line on a terminal, unless a parent process draws one
+            progress = sys.stderr.isatty() and os.environ.get("HPSEARCH_PROGRESS") != "0"
+        self._progress = progress
+        self._best = ""
         self._stop = threading.Event()  # the whole worker must stop
         self._stop_signal: int | None = None
         self._trial_stop = threading.Event()  # the running trial must stop
@@ -292,6 +295,8 @@ class Worker:
             else:
                 logger.info("trial %d: starting (params %s)", claim.number, _fmt_params(params))
             started = time.monotonic()
+            if self._progress:
+                self._best = self._best_so_far()
             self._show(claim.number, None, None)
             try:
                 outcome = self._call_trial(run)
@@ -559,8 +564,19 @@ class Worker:
             if epoch
             else "starting"
         )
-        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}")
+        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}{self._best}")
         sys.stderr.flush()
+
+    def _best_so_far(self) -> str:
+        from search.status import best_trial
+
+        try:
+            best = best_trial(self.storage, self.study)
+        except Exception:  # the progress line can do without it this time
+            return self._best
+        if best is None:
+            return ""
+        return f" | best {best[1]:.4g} (trial {best[0]})"
 
     def _end_progress(self) -> None:
         if self._progress:

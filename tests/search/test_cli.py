@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -240,3 +241,53 @@ def test_unknown_study_and_changed_config_are_bad_input(
     assert changed.returncode == 2
     assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
     assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
+
+
+def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    primary, secondary = pty.openpty()
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 160, 0, 0))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "search", *args],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=secondary,
+        env={**env, "PYTHONPATH": str(REPO)},
+    )
+    os.close(secondary)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(primary)
+    return process.wait(timeout=timeout), output.decode(errors="replace")
+
+
+def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
+    config = write_config(tmp_path, study_name, n_trials=4)
+    code, text = run_on_a_terminal(["run", str(config)], tmp_path)
+    assert code == 0, text[-2000:]
+    # One worker: its line shows the trial, the epoch, the score and the best so far.
+    assert re.search(
+        r"\r\x1b\[K\[\S+\] trial \d+: epoch \d/4 val_accuracy 0\.\d{4} \| best "
+        r"0\.\d+ \(trial \d+\)",
+        text,
+    ), text[-2000:]
+
+    config = write_config(tmp_path, f"{study_name}-2", n_trials=4)
+    code, text = run_on_a_terminal(["run", str(config), "--workers", "2"], tmp_path)
+    assert code == 0, text[-2000:]
+    # Two workers: one line for the study, redrawn under the workers' log lines.
+    assert re.search(rf"\r\x1b\[K{study_name}-2: \d/4 finished \(\d pruned\), \d running", text)
+    assert not re.search(r"\] trial \d+: epoch", text)  # the workers themselves draw nothing
