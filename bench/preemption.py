@@ -180,18 +180,13 @@ def checkpoint_costs(url: str, repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    from bench.scheduler import BENCH_STORAGE, _ensure_database
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--storage",
-        default=os.environ.get(
-            "HPSEARCH_BENCH_STORAGE", "postgresql+psycopg://postgres@127.0.0.1:5432/hpsearch_bench"
-        ),
-    )
+    parser.add_argument("--storage", default=BENCH_STORAGE)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--grace-s", type=float, default=5.0)
     args = parser.parse_args()
-    from bench.scheduler import _ensure_database
-
     _ensure_database(args.storage)
     variants = {"uninterrupted": None, "kill -9": signal.SIGKILL, "SIGTERM": signal.SIGTERM}
     walls: dict[str, list[float]] = {k: [] for k in variants}

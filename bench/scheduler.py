@@ -38,6 +38,10 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS, STEP_S = 10, 0.1
+BENCH_STORAGE = os.environ.get(
+    "HPSEARCH_BENCH_STORAGE", "postgresql+psycopg://postgres@127.0.0.1:5432/hpsearch_bench"
+)
+"""Where benchmarks run: a database of their own, created if missing."""
 
 
 def _busy_cpu_s() -> float:
@@ -247,12 +251,7 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--storage",
-        default=os.environ.get(
-            "HPSEARCH_BENCH_STORAGE", "postgresql+psycopg://postgres@127.0.0.1:5432/hpsearch_bench"
-        ),
-    )
+    parser.add_argument("--storage", default=BENCH_STORAGE)
     parser.add_argument("--trials", type=int, default=320)
     parser.add_argument("--workers", default="1,8,32")
     parser.add_argument("--repeats", type=int, default=1)

@@ -201,21 +201,12 @@ class PruningStorage(optuna.storages.BaseStorage):
             if known is not None and known.state == state and known.system_attrs == system_attrs:
                 continue  # most unfinished trials have not changed since the last look
             self._sorted = None
-            self._trials[r.trial_id] = FrozenTrial(
-                number=r.number,
-                state=state,
-                value=None,
-                values=None,
-                datetime_start=None,
-                datetime_complete=None,
-                params={},
-                distributions={},
-                user_attrs={},
-                system_attrs=system_attrs,
-                intermediate_values={
-                    step: _float(v, kind) for step, v, kind in steps.get(r.trial_id, [])
-                },
-                trial_id=r.trial_id,
+            self._trials[r.trial_id] = _light_trial(
+                r.trial_id,
+                r.number,
+                state,
+                system_attrs,
+                {step: _float(v, kind) for step, v, kind in steps.get(r.trial_id, [])},
             )
             if state.is_finished():
                 self._unfinished.discard(r.trial_id)
@@ -240,21 +231,38 @@ class Pruner:
     def should_prune(self, trial_id: int, intermediate_values: dict[int, float]) -> bool:
         """Optuna's decision for a running trial that has reported these values."""
         known = self.view.get_trial(trial_id)
-        trial = FrozenTrial(
-            number=known.number,
-            state=TrialState.RUNNING,
-            value=None,
-            values=None,
-            datetime_start=None,
-            datetime_complete=None,
-            params={},
-            distributions={},
-            user_attrs={},
-            system_attrs=dict(known.system_attrs),
-            intermediate_values=dict(intermediate_values),
-            trial_id=trial_id,
+        trial = _light_trial(
+            trial_id,
+            known.number,
+            TrialState.RUNNING,
+            dict(known.system_attrs),
+            dict(intermediate_values),
         )
         return bool(self.pruner.prune(self.study, trial))
+
+
+def _light_trial(
+    trial_id: int,
+    number: int,
+    state: TrialState,
+    system_attrs: dict[str, Any],
+    intermediate_values: dict[int, float],
+) -> FrozenTrial:
+    """A trial with what pruners read; params, values and user attributes left empty."""
+    return FrozenTrial(
+        number=number,
+        state=state,
+        value=None,
+        values=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={},
+        distributions={},
+        user_attrs={},
+        system_attrs=system_attrs,
+        intermediate_values=intermediate_values,
+        trial_id=trial_id,
+    )
 
 
 def _in_ids(conn: sa.Connection, column: str) -> str:
