@@ -203,7 +203,7 @@ def main() -> None:
 
     base = statistics.mean(walls["uninterrupted"])
     print(
-        f"\nstudy of 6 trials x 6 epochs, 2 workers, grace {args.grace_s:g} s, "
+        f"\nstudy of 16 trials x 6 epochs, 2 workers, grace {args.grace_s:g} s, "
         f"{args.repeats} repeats; {os.cpu_count()} CPUs"
     )
     print(f"{'variant':<14} {'wall s (sd)':>14} {'ratio':>7} {'ratio, grace taken out':>23}")

@@ -1,7 +1,5 @@
 """`python -m search ...` is `hpsearch ...` (workers spawn themselves this way)."""
 
-import sys
+from search.cli import entry_point
 
-from search.cli import main
-
-sys.exit(main())
+entry_point()
