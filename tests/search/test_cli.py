@@ -242,6 +242,17 @@ def test_unknown_study_and_changed_config_are_bad_input(
     assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
     assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
 
+    # `--gpus all` where no GPU is visible: bad input, not a silent CPU worker.
+    no_gpu = hpsearch(
+        "worker", "--study", study_name, "--gpus", "all", "--storage", pg_url,
+        cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""},
+    )  # fmt: skip
+    assert no_gpu.returncode == 2, no_gpu.stderr
+    assert no_gpu.stderr.strip().splitlines() == [
+        "hpsearch: error: --gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)"
+    ]
+    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
+
 
 def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
