@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -174,10 +175,24 @@ def artifact_store_for(storage: Storage, directory: str | None) -> ArtifactStore
 
 
 class TrialCheckpoints(CheckpointStore):
-    """The latest checkpoint of one held trial, in an artifact store."""
+    """The latest checkpoint of one held trial, in an artifact store.
 
-    def __init__(self, store: ArtifactStore, queue: Queue, claim: Claim, study_name: str) -> None:
+    `before_publish` runs after a checkpoint is stored and before the trial's pointer moves to
+    it: the worker writes the trial's queued intermediate values there, so a checkpoint of
+    epoch k is never published while values up to k exist only in a process that may die.
+    """
+
+    def __init__(
+        self,
+        store: ArtifactStore,
+        queue: Queue,
+        claim: Claim,
+        study_name: str,
+        *,
+        before_publish: Callable[[], None] | None = None,
+    ) -> None:
         self.store, self.queue, self.claim = store, queue, claim
+        self.before_publish = before_publish
         self.prefix = f"ckpt-{queue.study_id}-{claim.number}-"
         self.filename = f"{study_name}-trial-{claim.number}-checkpoint.pt"
 
@@ -193,6 +208,8 @@ class TrialCheckpoints(CheckpointStore):
             "write_s": round(time.monotonic() - started, 3),
         }
         try:
+            if self.before_publish is not None:
+                self.before_publish()
             previous = self.queue.move_checkpoint_pointer(
                 # Optuna keeps artifact metadata as a JSON string inside the attribute.
                 self.claim,

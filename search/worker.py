@@ -481,7 +481,16 @@ class Worker:
             return None
         from search.artifacts import TrialCheckpoints
 
-        return TrialCheckpoints(self.artifacts, self.queue, claim, self.study.name)
+        def flush_reports() -> None:
+            try:
+                self._reports.flush()
+            except LeaseLost:
+                self._trial_lost(claim)
+                raise
+
+        return TrialCheckpoints(
+            self.artifacts, self.queue, claim, self.study.name, before_publish=flush_reports
+        )
 
     # -- liveness ---------------------------------------------------------------------------
 

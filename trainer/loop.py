@@ -318,10 +318,10 @@ def _fit(
         return True
 
     try:
-        # Resumed from the end of epoch `epoch`: the run may have stopped before its caller
-        # recorded that report, so it is made again (callers treat repeats as idempotent).
-        resumed_at_epoch_end = state is not None and order is None and epoch > 0
-        if resumed_at_epoch_end and report is not None and report(epoch, metrics[-1]):
+        # Resumed after epoch `epoch` (at its end or from inside the next one): the run may
+        # have stopped before its caller recorded that epoch's report, so it is made again
+        # (callers treat repeats as idempotent).
+        if state is not None and metrics and report is not None and report(epoch, metrics[-1]):
             return "pruned"
         last_save = time.monotonic()
         while epoch < config.epochs:

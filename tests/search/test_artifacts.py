@@ -111,3 +111,29 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     theirs.discard()
     assert theirs.open() is None
     assert get_all_artifact_meta(study.trials[0], storage=study._storage) == []
+
+
+def test_a_published_checkpoint_never_runs_ahead_of_the_stored_scores(
+    storage_url: str, study_name: str
+) -> None:
+    # Scores are written in the background; a checkpoint taken after epoch 2 must not become
+    # the trial's checkpoint while epoch 2's score is still only in this process: killed at
+    # that moment, the trial would resume after epoch 2 with no score for it.
+    from search.worker import TrialOutcome, TrialRun, Worker
+
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=1))
+    stored_at_checkpoint: dict[int, float] = {}
+
+    def trial(run: TrialRun) -> TrialOutcome:
+        for epoch in (1, 2):
+            assert not run.report(epoch, 0.1 * epoch)
+        assert run.checkpoints is not None
+        run.checkpoints.write(io.BytesIO(b"after epoch 2"))
+        study = optuna.load_study(study_name=study_name, storage=storage_url)
+        stored_at_checkpoint.update(study.trials[run.number].intermediate_values)
+        return TrialOutcome(status="completed", value=0.2)
+
+    artifacts = artifact_store_for(storage, None)
+    Worker(storage, ref, run_trial=trial, grace_s=5, progress=False, artifacts=artifacts).run()
+    assert stored_at_checkpoint == {1: 0.1, 2: 0.2}

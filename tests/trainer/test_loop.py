@@ -251,6 +251,32 @@ def test_resume_from_an_epoch_end_reports_that_epoch_again(store: Any) -> None:
     assert third.status == "pruned" and third.epochs_run == 4
 
 
+def test_resume_from_inside_an_epoch_reports_the_last_finished_epoch_again(store: Any) -> None:
+    # Stopped in epoch 2, after epoch 1's report may not have reached the caller's storage.
+    stop = threading.Event()
+    reports: list[tuple[int, float]] = []
+    first = train(
+        ToyTask(),
+        _params(),
+        TrainConfig(epochs=3),
+        checkpoints=store,
+        stop=stop,
+        report=lambda e, m: reports.append((e, m)) or False,
+        progress=lambda e, s, n, loss: (e, s) == (2, 2) and stop.set(),
+    )
+    assert first.status == "preempted" and reports == [(1, first.metrics[0])]
+    again: list[tuple[int, float]] = []
+    second = train(
+        ToyTask(),
+        _params(),
+        TrainConfig(epochs=3),
+        checkpoints=store,
+        report=lambda e, m: again.append((e, m)) or False,
+    )
+    assert second.resumed_from == {"epoch": 1, "step": 2}
+    assert again == [(1, first.metrics[0]), (2, second.metrics[1]), (3, second.metrics[2])]
+
+
 def test_nan_loss_stops_at_once_with_status_diverged() -> None:
     calls = {"n": 0}
 
