@@ -14,6 +14,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from tests import terminal
 from tests.conftest import REPO
 
 SMALL = """
@@ -256,33 +257,13 @@ def test_unknown_study_and_changed_config_are_bad_input(
 
 def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 160, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    process = subprocess.Popen(
+    return terminal.run_on_a_terminal(
         [sys.executable, "-m", "search", *args],
         cwd=cwd,
-        stdout=subprocess.DEVNULL,
-        stderr=secondary,
         env={**env, "PYTHONPATH": str(REPO)},
+        timeout=timeout,
     )
-    os.close(secondary)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(primary, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(primary)
-    return process.wait(timeout=timeout), output.decode(errors="replace")
 
 
 def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:

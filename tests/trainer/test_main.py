@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
-import pty
 import re
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
 
+from tests.terminal import run_on_a_terminal
 from trainer.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,28 +74,14 @@ def test_prints_one_line_per_epoch_and_exits_0() -> None:
 
 
 def test_draws_a_progress_bar_on_a_terminal() -> None:
-    primary, secondary = pty.openpty()
-    # A real terminal has a size (tqdm draws nothing on a zero-column one): 30 rows, 100 columns.
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    process = subprocess.Popen(
+    code, text = run_on_a_terminal(
         [sys.executable, "-m", "trainer", DIGITS, "--epochs", "1", "--set", "width=8"],
         cwd=REPO,
-        stdout=secondary,
-        stderr=subprocess.DEVNULL,
+        stream="stdout",
+        columns=100,
+        timeout=120,
     )
-    os.close(secondary)
-    output = b""
-    while True:
-        try:
-            chunk = os.read(primary, 4096)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        output += chunk
-    os.close(primary)
-    assert process.wait(timeout=120) == 0
-    text = output.decode()
+    assert code == 0
     assert "\repoch 1/1: " in text and "%|" in text  # tqdm's bar, redrawn in place
     assert re.search(r"epoch 1/1  val_accuracy \d\.\d{4}", text)
 
