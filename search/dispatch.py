@@ -52,6 +52,7 @@ __all__ = [
     "Counts",
     "LeaseLost",
     "Queue",
+    "TrialData",
     "now_sql",
 ]
 
@@ -73,6 +74,22 @@ class Claim:
     number: int
     generation: int
     """Fencing token: writes for the trial succeed only while the lease has this generation."""
+    waiting: int | None = field(default=None, compare=False)
+    """Trials still queued right after this claim (None: not counted)."""
+    loaded: TrialData | None = field(default=None, compare=False, repr=False)
+    """The trial's stored data, read by the claim itself (None: not read)."""
+
+
+@dataclass(frozen=True)
+class TrialData:
+    """What a worker needs of a trial it claimed, as stored."""
+
+    params: list[tuple[str, float, str]]
+    """(name, internal value, distribution JSON) per parameter."""
+    steps: list[tuple[int, float | None, str]]
+    """(step, value, Optuna's value type) per intermediate value."""
+    previous_worker: str | None
+    """The worker that held the trial before, if it is resumed."""
 
 
 @dataclass(frozen=True)
@@ -236,12 +253,33 @@ class Queue:
                         f"SELECT trial_id, :s, :w, 1, {now} FROM started "
                         "ON CONFLICT (trial_id) DO UPDATE SET worker_id = excluded.worker_id, "
                         f"generation = {self._t}trial_leases.generation + 1, "
-                        "claimed_at = excluded.claimed_at RETURNING trial_id, generation) "
-                        "SELECT leased.trial_id, started.number, leased.generation "
+                        "claimed_at = excluded.claimed_at "
+                        "RETURNING trial_id, generation, last_worker_id) "
+                        # One round trip: the trial's params, its values so far (a resumed
+                        # trial) and how many trials are left queued (this statement still
+                        # sees the picked one as waiting).
+                        "SELECT leased.trial_id, started.number, leased.generation, "
+                        "(SELECT count(*) - 1 FROM trials WHERE study_id = :s "
+                        "AND state = 'WAITING') AS waiting, "
+                        "(SELECT json_agg(json_build_array(p.param_name, p.param_value, "
+                        "p.distribution_json)) FROM trial_params p "
+                        "WHERE p.trial_id = leased.trial_id) AS params, "
+                        "(SELECT json_agg(json_build_array(v.step, v.intermediate_value, "
+                        "v.intermediate_value_type)) FROM trial_intermediate_values v "
+                        "WHERE v.trial_id = leased.trial_id) AS steps, "
+                        "leased.last_worker_id "
                         "FROM leased JOIN started ON started.trial_id = leased.trial_id"
                     ),
                     {"s": self.study_id, "w": self.worker_id, "start": utcnow_naive()},
                 ).first()
+                if row is None:
+                    return None
+                data = TrialData(
+                    params=[tuple(p) for p in row.params or []],
+                    steps=[tuple(v) for v in row.steps or []],
+                    previous_worker=row.last_worker_id,
+                )
+                return Claim(row[0], row[1], row[2], waiting=max(0, row.waiting), loaded=data)
             else:  # SQLite: BEGIN IMMEDIATE already serializes writers
                 picked = conn.execute(
                     sa.text(

@@ -5,8 +5,12 @@ Several machines share one PostgreSQL: ``postgresql+psycopg://user:pass@host:543
 (``postgresql://`` and ``postgres://`` mean the same).
 
 Each process keeps one small connection pool of its own for hpsearch's hot path (claims,
-reports, heartbeats) and, lazily, Optuna's ``RDBStorage`` for sampling and pruning. Pools
-pre-ping and recycle connections so a worker survives idle timeouts and database restarts.
+reports, heartbeats) and, lazily, Optuna's ``RDBStorage`` for sampling and pruning. A
+connection that sat idle in the pool for more than `PING_AFTER_IDLE_S` is pinged before use
+(SQLAlchemy's pre-ping, but only where a connection can have gone stale: pinging the ones a
+busy worker used a moment ago doubled the database's transactions), connections are recycled
+every 5 minutes, TCP keepalives notice a dead server, and an error on a connection that died
+anyway (a restart) is retried by `retry`: a worker survives idle timeouts and restarts.
 
 Example::
 
@@ -33,7 +37,7 @@ import sqlalchemy.orm
 import sqlalchemy.pool
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidatePoolError, OperationalError
 
 if TYPE_CHECKING:
     import optuna
@@ -246,6 +250,7 @@ def open_storage(url: str, *, create: bool = False, check: bool = True) -> Stora
         )
     engine = sa.create_engine(url, **_engine_kwargs(url))
     if engine.dialect.name == "postgresql":
+        _ping_after_idle(engine)
         engine = engine.execution_options()
     else:
         engine = engine.execution_options(schema_translate_map={SCHEMA: None})
@@ -278,8 +283,8 @@ def ensure_optuna_schema(storage: Storage) -> None:
 def _engine_kwargs(url: str) -> dict[str, Any]:
     if make_url(url).get_backend_name() == "postgresql":
         return {
-            # Stale connections (idle timeouts, a restarted server) are replaced, not used.
-            "pool_pre_ping": True,
+            # Stale connections (idle timeouts, a restarted server) are replaced, not used:
+            # see _ping_after_idle.
             "pool_recycle": 300,
             # A worker needs few (the loop, the heartbeat thread, a sampler) and holds them
             # briefly: at most 2 stay open idle, 5 at a peak.
@@ -297,6 +302,31 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
             },
         }
     return {"connect_args": {"timeout": 30}}
+
+
+PING_AFTER_IDLE_S = 10.0
+"""A pooled connection idle for longer than this is pinged before use. Idle timeouts that
+close connections (PgBouncer, NAT gateways, load balancers, `idle_session_timeout`) are minutes."""
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Pre-ping, only for connections that sat idle in the pool: a failed ping replaces the
+    connection and, as SQLAlchemy's own pre-ping does, every other pooled one (a dead server
+    took them all)."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        checked_in_at = record.info.get("checked_in_at")  # None: a new connection
+        if checked_in_at is None or time.monotonic() - checked_in_at < PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise InvalidatePoolError(f"stale connection: {_first_line(exc)}") from exc
 
 
 def _setup_sqlite(engine: Engine) -> None:

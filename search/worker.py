@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from search.dispatch import Claim, LeaseLost, Queue
 from search.pruners import rung_steps
 from search.reports import ReportWriter
-from search.samplers import derived_seed
+from search.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.sampling import TrialSampler
 from search.storage import Storage, is_transient, retry
 
@@ -73,6 +73,9 @@ IDLE_POLL_MAX_S = 1.0
 """Longest wait between two looks for work when nothing is queued."""
 SAMPLING_POLL_S = 0.1
 """Wait between looks for work while another worker samples the next trials."""
+SAMPLE_AHEAD_BELOW = 16
+"""Samplers that do not learn from results (random, grid, QMC) refill the queue once fewer
+trials than this are left after a claim, in one batch, instead of one trial per claim."""
 
 T = TypeVar("T")
 
@@ -260,7 +263,11 @@ class Worker:
                 raise
 
         claim = self._retry(attempt, "claim a trial")
-        if claim is not None:
+        if claim is not None and (
+            claim.waiting is None
+            or claim.waiting < SAMPLE_AHEAD_BELOW
+            or self.config.study.sampler in LEARNS_FROM_RESULTS
+        ):
             self._maybe_sample_ahead()
         return claim
 
@@ -444,6 +451,25 @@ class Worker:
         the worker that ran it before (if it is resumed)."""
         from optuna.distributions import json_to_distribution
 
+        if claim.loaded is not None:  # read by the claim itself
+            rows, steps, previous = (
+                claim.loaded.params,
+                claim.loaded.steps,
+                claim.loaded.previous_worker,
+            )
+        else:
+            rows, steps, previous = self._read_trial(claim)
+        params = {
+            name: json_to_distribution(dist).to_external_repr(value) for name, value, dist in rows
+        }
+        missing = [p for p in self.config.space if p.name not in params]
+        if missing:
+            # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
+            params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
+        reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
+        return params, reported, previous
+
+    def _read_trial(self, claim: Claim) -> tuple[list[Any], list[Any], str | None]:
         with self.storage.autocommit() as conn:
             rows = conn.execute(
                 sa.text(
@@ -466,15 +492,7 @@ class Worker:
                 ),
                 {"t": claim.trial_id},
             ).scalar()
-        params = {
-            name: json_to_distribution(dist).to_external_repr(value) for name, value, dist in rows
-        }
-        missing = [p for p in self.config.space if p.name not in params]
-        if missing:
-            # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
-            params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
-        reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
-        return params, reported, previous
+        return list(rows), list(steps), previous
 
     def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
         if self.artifacts is None:
