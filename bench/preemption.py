@@ -65,6 +65,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
     import optuna
     import sqlalchemy as sa
 
+    from bench.scheduler import last_finished_utc
     from search.config import load_config
     from search.storage import open_storage
     from search.study import create_study
@@ -99,8 +100,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
             raise RuntimeError(f"a worker failed; see {workdir}")
     trials = optuna.load_study(study_name=name, storage=url).trials
     assert len(trials) == 16 and all(t.state.name == "COMPLETE" for t in trials)
-    last = max(t.datetime_complete for t in trials).astimezone(datetime.UTC)
-    return (last.replace(tzinfo=None) - started).total_seconds()
+    return (last_finished_utc(trials) - started).total_seconds()
 
 
 def _worker(url: str, study: str, grace_s: float, workdir: Path, i: int) -> subprocess.Popen:

@@ -117,7 +117,6 @@ def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any)
 
 def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]:
     import optuna
-    import sqlalchemy as sa
 
     name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     if kind == "hpsearch":
@@ -142,13 +141,7 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     else:
         optuna.create_study(study_name=name, storage=url, direction="maximize")
 
-    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
-        sessions_before, commits_before = conn.execute(
-            sa.text(
-                "SELECT sessions, xact_commit FROM pg_stat_database "
-                "WHERE datname = current_database()"
-            )
-        ).one()
+    sessions_before, commits_before = _database_counters(url)
     ctx = mp.get_context("spawn")
     ready, go, log = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     spawned = time.perf_counter()
@@ -180,19 +173,11 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     study = optuna.load_study(study_name=name, storage=url)
     trials = study.get_trials(deepcopy=False)
     finished = sum(t.state.is_finished() for t in trials)
-    # The study is done when its last trial is recorded finished (Optuna keeps naive UTC in
-    # the database and hands out local time); the workers' own exit is reported apart.
-    last_done = max(t.datetime_complete for t in trials if t.datetime_complete)
-    last_done_utc = last_done.astimezone(datetime.UTC).replace(tzinfo=None)
-    done_s = (last_done_utc - started_utc).total_seconds()
+    # The study is done when its last trial is recorded finished; the workers' own exit is
+    # reported apart.
+    done_s = (last_finished_utc(trials) - started_utc).total_seconds()
     ideal = n_trials * STEPS * STEP_S / workers
-    with sa.create_engine(url, poolclass=sa.pool.NullPool).connect() as conn:
-        sessions, commits = conn.execute(
-            sa.text(
-                "SELECT sessions, xact_commit FROM pg_stat_database "
-                "WHERE datname = current_database()"
-            )
-        ).one()
+    sessions, commits = _database_counters(url)
     return {
         "kind": kind,
         "db_sessions_opened": sessions - sessions_before - 1,
@@ -210,6 +195,29 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
         "machine_busy_cpu_s": round(busy, 1),
         **_trial_timing(spans, started, ended),
     }
+
+
+def last_finished_utc(trials: list[Any]) -> datetime.datetime:
+    """When the last of `trials` was recorded finished, as naive UTC (Optuna keeps naive UTC
+    in the database and hands out local time)."""
+    last = max(t.datetime_complete for t in trials if t.datetime_complete)
+    return last.astimezone(datetime.UTC).replace(tzinfo=None)
+
+
+def _database_counters(url: str) -> tuple[int, int]:
+    """Sessions opened and transactions committed in the database so far."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        row = conn.execute(
+            sa.text(
+                "SELECT sessions, xact_commit FROM pg_stat_database "
+                "WHERE datname = current_database()"
+            )
+        ).one()
+    engine.dispose()
+    return row[0], row[1]
 
 
 def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: float) -> dict:

@@ -135,7 +135,7 @@ class Queue:
         self.study_id = study_id
         self.worker_id = worker_id
         self._pg = storage.is_postgres
-        self._t = self.tables = "hpsearch." if self._pg else ""  # our tables' schema prefix
+        self._t = "hpsearch." if self._pg else ""  # our tables' schema prefix
 
     # -- liveness ---------------------------------------------------------------------------
 
@@ -644,6 +644,34 @@ class Queue:
             if previous is not None:
                 self._delete_attr(conn, trial_id, key)
                 self._delete_attr(conn, trial_id, f"artifacts:{previous['artifact_id']}")
+
+    def trial_data(self, trial_id: int) -> TrialData:
+        """A trial's params, intermediate values and previous worker (what `claim` returns
+        with the claim on PostgreSQL)."""
+        with self.storage.autocommit() as conn:
+            params = conn.execute(
+                sa.text(
+                    "SELECT param_name, param_value, distribution_json FROM trial_params "
+                    "WHERE trial_id = :t"
+                ),
+                {"t": trial_id},
+            ).all()
+            steps = conn.execute(
+                sa.text(
+                    "SELECT step, intermediate_value, intermediate_value_type "
+                    "FROM trial_intermediate_values WHERE trial_id = :t"
+                ),
+                {"t": trial_id},
+            ).all()
+            previous = conn.execute(
+                sa.text(f"SELECT last_worker_id FROM {self._t}trial_leases WHERE trial_id = :t"),
+                {"t": trial_id},
+            ).scalar()
+        return TrialData(
+            params=[tuple(r) for r in params],
+            steps=[tuple(r) for r in steps],
+            previous_worker=previous,
+        )
 
     def trial_system_attr(self, trial_id: int, key: str) -> Any:
         with self.storage.autocommit() as conn:

@@ -36,8 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import sqlalchemy as sa
-
 from search.dispatch import Claim, LeaseLost, Queue
 from search.pruners import rung_steps
 from search.reports import ReportWriter
@@ -451,48 +449,17 @@ class Worker:
         the worker that ran it before (if it is resumed)."""
         from optuna.distributions import json_to_distribution
 
-        if claim.loaded is not None:  # read by the claim itself
-            rows, steps, previous = (
-                claim.loaded.params,
-                claim.loaded.steps,
-                claim.loaded.previous_worker,
-            )
-        else:
-            rows, steps, previous = self._read_trial(claim)
+        data = claim.loaded or self.queue.trial_data(claim.trial_id)
         params = {
-            name: json_to_distribution(dist).to_external_repr(value) for name, value, dist in rows
+            name: json_to_distribution(dist).to_external_repr(value)
+            for name, value, dist in data.params
         }
         missing = [p for p in self.config.space if p.name not in params]
         if missing:
             # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
             params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
-        reported = {int(step): _intermediate(v, kind) for step, v, kind in steps}
-        return params, reported, previous
-
-    def _read_trial(self, claim: Claim) -> tuple[list[Any], list[Any], str | None]:
-        with self.storage.autocommit() as conn:
-            rows = conn.execute(
-                sa.text(
-                    "SELECT param_name, param_value, distribution_json FROM trial_params "
-                    "WHERE trial_id = :t"
-                ),
-                {"t": claim.trial_id},
-            ).all()
-            steps = conn.execute(
-                sa.text(
-                    "SELECT step, intermediate_value, intermediate_value_type "
-                    "FROM trial_intermediate_values WHERE trial_id = :t"
-                ),
-                {"t": claim.trial_id},
-            ).all()
-            previous = conn.execute(
-                sa.text(
-                    f"SELECT last_worker_id FROM {self.queue.tables}trial_leases "
-                    "WHERE trial_id = :t"
-                ),
-                {"t": claim.trial_id},
-            ).scalar()
-        return list(rows), list(steps), previous
+        reported = {int(step): _intermediate(v, kind) for step, v, kind in data.steps}
+        return params, reported, data.previous_worker
 
     def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
         if self.artifacts is None:
