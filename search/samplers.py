@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 from optuna.distributions import (
@@ -28,10 +28,8 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search.config import StudyConfig
 from search.space import CategoricalParam, FloatParam, Param
-
-if TYPE_CHECKING:
-    from search.config import StudyConfig
 
 __all__ = ["LEARNS_FROM_RESULTS", "derived_seed", "distribution", "make_sampler", "suggest"]
 
@@ -64,6 +62,25 @@ def suggest(trial: optuna.Trial, param: Param) -> Any:
     return trial.suggest_categorical(param.name, dist.choices)
 
 
+class _ConfigSpaceQMCSampler(optuna.samplers.QMCSampler):
+    """Optuna's QMC sampler over the config's whole `[space]`, from the first trial on.
+
+    Optuna's infers the space from the first finished trial (or from running trials that have
+    params). hpsearch samples trials ahead, before any has run: every early trial fell back to
+    the independent sampler, seeded alike, and drew the same point. The config's space is known
+    and never conditional, so it is the space.
+    """
+
+    def __init__(self, search_space: dict[str, BaseDistribution], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._config_space = search_space
+
+    def infer_relative_search_space(
+        self, study: optuna.Study, trial: optuna.trial.FrozenTrial
+    ) -> dict[str, BaseDistribution]:
+        return dict(self._config_space)
+
+
 def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.BaseSampler:
     """The sampler that picks trial `trial_number`'s parameters."""
     name = config.study.sampler
@@ -82,8 +99,12 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
         if name == "grid":
             return optuna.samplers.GridSampler(config.grid_values(), seed=config.study.seed)
         if name == "qmc":
-            return optuna.samplers.QMCSampler(
-                scramble=True, seed=config.study.seed, warn_asynchronous_seeding=False
+            return _ConfigSpaceQMCSampler(
+                {p.name: distribution(p) for p in config.space},
+                scramble=True,
+                seed=config.study.seed,
+                independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+                warn_asynchronous_seeding=False,
             )
         if name == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
