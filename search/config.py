@@ -20,7 +20,7 @@ import difflib
 import json
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,8 @@ class StudySettings:
     sampler: str = "tpe"
     """random | tpe | grid | qmc | cmaes | gp."""
     seed: int = 0
-    """Seeds the sampler and every trial's training (trial seed = seed + trial number)."""
+    """Seeds the sampler and every trial's training: each trial's seeds are derived from
+    (seed, trial number) (`search.samplers.derived_seed`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,10 +207,10 @@ def load_config(path: str | Path) -> StudyConfig:
 def parse_config(data: dict[str, Any]) -> StudyConfig:
     """Validate a parsed TOML document into a StudyConfig."""
     _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid"))
-    study = _study(_Section("study", data.get("study"), required=True))
-    task = _task(_Section("task", data.get("task"), required=True))
-    pruner = _pruner(_Section("pruner", data.get("pruner")), task)
-    train = _train(_Section("train", data.get("train")), task, study)
+    study = _study(_Section("study", data.get("study"), required=True, settings=StudySettings))
+    task = _task(_Section("task", data.get("task"), required=True, settings=TaskSettings))
+    pruner = _pruner(_Section("pruner", data.get("pruner"), settings=PrunerSettings), task)
+    train = _train(_Section("train", data.get("train"), settings=TrainConfig), task, study)
     space = _space(data.get("space", {}))
     grid = _grid(data.get("grid", {}), space)
     config = StudyConfig(study=study, pruner=pruner, task=task, train=train, space=space, grid=grid)
@@ -238,9 +239,15 @@ _KIND_NAMES = {
 
 
 class _Section:
-    """Typed reads from one TOML table, with errors that name `section.key`."""
+    """Typed reads from one TOML table, with errors that name `section.key`.
 
-    def __init__(self, name: str, table: Any, *, required: bool = False) -> None:
+    A key that is not in the table takes the default of the same-named field of `settings`,
+    the dataclass the section becomes: defaults are written once, there.
+    """
+
+    def __init__(
+        self, name: str, table: Any, *, required: bool = False, settings: type | None = None
+    ) -> None:
         if table is None:
             if required:
                 raise ConfigError(f"[{name}] section is missing")
@@ -248,6 +255,11 @@ class _Section:
         if not isinstance(table, dict):
             raise ConfigError(f"{name}: must be a table, got {_show(table)}")
         self.name, self.table = name, table
+        self.defaults = (
+            {f.name: f.default for f in fields(settings) if f.default is not MISSING}
+            if settings is not None
+            else {}
+        )
 
     def key(self, key: str) -> str:
         return f"{self.name}.{key}"
@@ -261,6 +273,8 @@ class _Section:
         choices: tuple[str, ...] | None = None,
     ) -> Any:
         if key not in self.table:
+            if default is ...:
+                default = self.defaults.get(key, ...)
             if default is ...:
                 raise ConfigError(f"{self.key(key)} is missing")
             return default
@@ -298,11 +312,11 @@ def _study(s: _Section) -> StudySettings:
         raise ConfigError("study.name: must not be empty")
     return StudySettings(
         name=name,
-        direction=s.get("direction", str, "maximize", choices=DIRECTIONS),
-        metric=s.get("metric", str, "val_accuracy"),
-        n_trials=s.positive_int("n_trials", 30),
-        sampler=s.get("sampler", str, "tpe", choices=SAMPLERS),
-        seed=s.get("seed", int, 0),
+        direction=s.get("direction", str, choices=DIRECTIONS),
+        metric=s.get("metric", str),
+        n_trials=s.positive_int("n_trials"),
+        sampler=s.get("sampler", str, choices=SAMPLERS),
+        seed=s.get("seed", int),
     )
 
 
@@ -311,11 +325,11 @@ def _task(s: _Section) -> TaskSettings:
     name = s.get("name", str)
     if not name.strip():
         raise ConfigError("task.name: must not be empty")
-    return TaskSettings(name=name, epochs=s.positive_int("epochs", 10))
+    return TaskSettings(name=name, epochs=s.positive_int("epochs"))
 
 
 def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
-    kind = s.get("type", str, "hyperband", choices=PRUNERS)
+    kind = s.get("type", str, choices=PRUNERS)
     if kind in ("hyperband", "successive_halving"):
         s.allow("type", "min_resource", "reduction_factor")
     elif kind == "median":
@@ -324,10 +338,10 @@ def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
         s.allow("type")
     pruner = PrunerSettings(
         type=kind,
-        min_resource=s.positive_int("min_resource", 1),
-        reduction_factor=s.positive_int("reduction_factor", 3, minimum=2),
-        n_startup_trials=s.positive_int("n_startup_trials", 5, minimum=0),
-        n_warmup_steps=s.positive_int("n_warmup_steps", 0, minimum=0),
+        min_resource=s.positive_int("min_resource"),
+        reduction_factor=s.positive_int("reduction_factor", minimum=2),
+        n_startup_trials=s.positive_int("n_startup_trials", minimum=0),
+        n_warmup_steps=s.positive_int("n_warmup_steps", minimum=0),
     )
     if kind in ("hyperband", "successive_halving") and pruner.min_resource > task.epochs:
         raise ConfigError(
@@ -340,16 +354,16 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
     s.allow(
         "precision", "grad_accum_steps", "grad_checkpointing", "checkpoint_every_s", "optimizer"
     )
-    every = s.get("checkpoint_every_s", (int, float), 300.0)
+    every = s.get("checkpoint_every_s", (int, float))
     if every <= 0:
         raise ConfigError(f"train.checkpoint_every_s: must be > 0, got {every}")
     return TrainConfig(
         epochs=task.epochs,
-        precision=s.get("precision", str, "auto", choices=PRECISIONS),
-        grad_accum_steps=s.positive_int("grad_accum_steps", 1),
-        grad_checkpointing=s.get("grad_checkpointing", bool, False),
+        precision=s.get("precision", str, choices=PRECISIONS),
+        grad_accum_steps=s.positive_int("grad_accum_steps"),
+        grad_checkpointing=s.get("grad_checkpointing", bool),
         checkpoint_every_s=float(every),
-        optimizer=s.get("optimizer", str, "adamw", choices=OPTIMIZERS),
+        optimizer=s.get("optimizer", str, choices=OPTIMIZERS),
         seed=study.seed,
     )
 
@@ -378,21 +392,22 @@ def _param(name: str, spec: Any) -> Param:
         return CategoricalParam(name=name, choices=tuple(choices))
 
     s.allow("type", "low", "high", "log", "step")
+    s = _Section(s.name, s.table, settings=IntParam if kind == "int" else FloatParam)
     number = int if kind == "int" else (int, float)
     low, high = s.get("low", number), s.get("high", number)
-    log = s.get("log", bool, False)
+    log = s.get("log", bool)
     if low >= high:
         raise ConfigError(f"space.{name}: low must be < high, got low = {low}, high = {high}")
     if log and low <= 0:
         raise ConfigError(f"space.{name}: log = true needs low > 0, got low = {low}")
     if kind == "int":
-        step = s.get("step", int, 1)
+        step = s.get("step", int)
         if step < 1:
             raise ConfigError(f"space.{name}.step: must be >= 1, got {step}")
         if log and step != 1:
             raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
         return IntParam(name=name, low=low, high=high, log=log, step=step)
-    step = s.get("step", (int, float), None)
+    step = s.get("step", (int, float))
     if step is not None and step <= 0:
         raise ConfigError(f"space.{name}.step: must be > 0, got {step}")
     if step is not None and log:
@@ -407,9 +422,9 @@ def _param(name: str, spec: Any) -> Param:
 
 
 def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
-    s = _Section("grid", table)
+    s = _Section("grid", table, settings=GridSettings)
     names = {p.name: p for p in space}
-    points = s.positive_int("points", 3)
+    points = s.positive_int("points")
     values: dict[str, tuple[Scalar, ...]] = {}
     for key, raw in s.table.items():
         if key == "points":
