@@ -17,9 +17,9 @@ EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
 
 @pytest.mark.parametrize("config", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_each_example_trains_one_trial(config: Path) -> None:
-    """`python -m trainer CONFIG`: the config is valid, its task imports and trains."""
+    """`hpsearch try CONFIG`: the config is valid, its task imports and trains."""
     done = subprocess.run(
-        [sys.executable, "-m", "trainer", str(config), "--epochs", "2"],
+        [sys.executable, "-m", "search", "try", str(config), "--epochs", "2"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""python -m trainer: one trial by hand from a study config."""
+"""hpsearch try: one trial by hand from a study config, nothing written to a study."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from search.cli import main as hpsearch
 from tests.terminal import run_on_a_terminal
-from trainer.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = str(REPO / "examples" / "digits.toml")
@@ -50,7 +50,8 @@ def test_prints_one_line_per_epoch_and_exits_0() -> None:
         [
             sys.executable,
             "-m",
-            "trainer",
+            "search",
+            "try",
             DIGITS,
             "--epochs",
             "2",
@@ -75,7 +76,7 @@ def test_prints_one_line_per_epoch_and_exits_0() -> None:
 
 def test_draws_a_progress_bar_on_a_terminal() -> None:
     code, text = run_on_a_terminal(
-        [sys.executable, "-m", "trainer", DIGITS, "--epochs", "1", "--set", "width=8"],
+        [sys.executable, "-m", "search", "try", DIGITS, "--epochs", "1", "--set", "width=8"],
         cwd=REPO,
         stream="stdout",
         columns=100,
@@ -88,9 +89,9 @@ def test_draws_a_progress_bar_on_a_terminal() -> None:
 
 def test_resumes_from_its_checkpoint_dir(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = [DIGITS, "--epochs", "2", "--set", "width=8", "--checkpoint-dir", str(tmp_path)]
-    assert main(args) == 0
+    assert hpsearch(["try", *args]) == 0
     first = capsys.readouterr()
-    assert main(args) == 0
+    assert hpsearch(["try", *args]) == 0
     second = capsys.readouterr()
     assert "resumed from epoch 2 step 0" in second.err
     assert first.out.splitlines()[2].split("(")[0] == second.out.splitlines()[1].split("(")[0]
@@ -114,10 +115,10 @@ def test_resumes_from_its_checkpoint_dir(tmp_path: Path, capsys: pytest.CaptureF
 def test_bad_input_is_one_line_and_exit_2(
     args: list[str], message: str, capsys: pytest.CaptureFixture
 ) -> None:
-    assert main([DIGITS, *args]) == 2
+    assert hpsearch(["try", DIGITS, *args]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("python -m trainer: error: ")
+    assert captured.err.startswith("hpsearch: error: ")
     assert message in captured.err and captured.err.count("\n") == 1
 
 
@@ -136,9 +137,9 @@ def test_bad_config_task_and_device_exit_2(tmp_path: Path, capsys: pytest.Captur
         ([], "the following arguments are required: CONFIG"),
     ]
     for args, message in cases:
-        assert main(args) == 2
+        assert hpsearch(["try", *args]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("python -m trainer: error: ") and err.count("\n") == 1, err
+        assert err.startswith("hpsearch: error: ") and err.count("\n") == 1, err
         assert message in err, err
 
 
@@ -148,9 +149,10 @@ def test_a_custom_task_by_name_and_exit_codes_1_and_130(
     (tmp_path / "cli_custom_task.py").write_text(CUSTOM_TASK)
     monkeypatch.chdir(tmp_path)
     config = _config(tmp_path, task="cli_custom_task:make")
-    assert main([config, "--set", "mode=ok"]) == 0
+    assert hpsearch(["try", config, "--set", "mode=ok"]) == 0
     assert "completed: val_accuracy" in capsys.readouterr().out
-    assert main([config, "--set", "mode=nan"]) == 1
+    assert hpsearch(["try", config, "--set", "mode=nan"]) == 1
     assert "diverged: val_accuracy - after 0 epoch(s)" in capsys.readouterr().err
-    assert main([config, "--set", "mode=interrupt"]) == 130
-    assert capsys.readouterr().err.endswith("python -m trainer: interrupted\n")
+    assert hpsearch(["try", config, "--set", "mode=interrupt"]) == 130
+    assert capsys.readouterr().err.endswith("hpsearch: interrupted\n")
+    assert list(tmp_path.glob("*.db")) == []  # a trial by hand writes no study database
