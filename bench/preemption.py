@@ -67,6 +67,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
 
     from bench.scheduler import last_finished_utc
     from search.config import load_config
+    from search.sample_ahead import queue_first_trials
     from search.storage import open_storage
     from search.study import create_study
 
@@ -74,7 +75,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
     config = workdir / f"{name}.toml"
     config.write_text(CONFIG.format(name=name, seed=seed))
     storage = open_storage(url, create=True)
-    create_study(storage, load_config(config))
+    queue_first_trials(storage, create_study(storage, load_config(config))[0])
     started = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     workers = [_worker(url, name, grace_s, workdir, i) for i in range(2)]
     if stop is not None:

@@ -55,7 +55,8 @@ def _busy_cpu_s() -> float:
 def hpsearch_worker(url: str, study: str, ready: Any, go: Any, log: Any) -> None:
     from search.storage import open_storage
     from search.study import open_study
-    from search.worker import TrialOutcome, Worker
+    from search.trial_run import TrialOutcome
+    from search.worker import Worker
 
     def one_second(run: Any) -> TrialOutcome:
         start = time.perf_counter()
@@ -121,6 +122,8 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     if kind == "hpsearch":
         from search.config import parse_config
+        from search.migrate import upgrade
+        from search.sample_ahead import queue_first_trials
         from search.storage import open_storage
         from search.study import create_study
 
@@ -136,7 +139,8 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
             }
         )
         storage = open_storage(url)
-        create_study(storage, config)
+        upgrade(storage)
+        queue_first_trials(storage, create_study(storage, config)[0])
         storage.close()
     else:
         optuna.create_study(study_name=name, storage=url, direction="maximize")

@@ -33,7 +33,9 @@ import sqlalchemy as sa
 from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from search.dispatch import Claim, Queue
+from search.db.checkpoint_pointers import POINTER_ATTR, drop_pointer, move_pointer, read_pointer
+from search.db.leases import Claim
+from search.db.tables import artifacts
 from search.storage import Storage, retry
 from trainer.checkpoint import CheckpointStore
 
@@ -48,9 +50,6 @@ __all__ = [
 
 logger = logging.getLogger("search.artifacts")
 
-POINTER_ATTR = "hpsearch:checkpoint"
-"""Trial system attribute: the artifact holding the trial's latest checkpoint."""
-
 
 class ArtifactStore(Protocol):
     """Optuna's artifact store protocol (optuna.artifacts)."""
@@ -61,7 +60,7 @@ class ArtifactStore(Protocol):
 
 
 class DatabaseArtifactStore:
-    """Artifacts in the study database (table `hpsearch.artifacts`), in chunks.
+    """Artifacts in the study database (hpsearch's table `artifacts`), in chunks.
 
     PostgreSQL caps one bytea value at 1 GB; chunks of 32 MiB keep memory flat for checkpoints
     of any size. Writing an artifact is one transaction: readers see all of it or nothing.
@@ -71,25 +70,17 @@ class DatabaseArtifactStore:
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
-        self._t = "hpsearch." if storage.is_postgres else ""
 
     def write(self, artifact_id: str, content_body: BinaryIO) -> None:
         with self.storage.transaction() as conn:
-            conn.execute(
-                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id = :a"),
-                {"a": artifact_id},
-            )
+            conn.execute(sa.delete(artifacts).where(artifacts.c.artifact_id == artifact_id))
             chunk = 0
             while True:
                 data = content_body.read(self.chunk_bytes)
                 if not data and chunk > 0:
                     break
                 conn.execute(
-                    sa.text(
-                        f"INSERT INTO {self._t}artifacts (artifact_id, chunk, data) "
-                        "VALUES (:a, :c, :d)"
-                    ),
-                    {"a": artifact_id, "c": chunk, "d": data},
+                    sa.insert(artifacts).values(artifact_id=artifact_id, chunk=chunk, data=data)
                 )
                 chunk += 1
                 if len(data) < self.chunk_bytes:
@@ -99,12 +90,11 @@ class DatabaseArtifactStore:
         # Spooled: small checkpoints stay in memory, big ones go to a temporary file.
         out = tempfile.SpooledTemporaryFile(max_size=256 << 20)  # noqa: SIM115 (returned open)
         found = False
-        with self.storage.engine.connect() as conn:  # a server-side cursor needs a transaction
+        with self.storage.read() as conn:  # a server-side cursor needs a transaction
             rows = conn.execution_options(stream_results=True, max_row_buffer=2).execute(
-                sa.text(
-                    f"SELECT data FROM {self._t}artifacts WHERE artifact_id = :a ORDER BY chunk"
-                ),
-                {"a": artifact_id},
+                sa.select(artifacts.c.data)
+                .where(artifacts.c.artifact_id == artifact_id)
+                .order_by(artifacts.c.chunk)
             )
             for (data,) in rows:
                 out.write(data)
@@ -117,17 +107,15 @@ class DatabaseArtifactStore:
 
     def remove(self, artifact_id: str) -> None:
         with self.storage.transaction() as conn:
-            conn.execute(
-                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id = :a"),
-                {"a": artifact_id},
-            )
+            conn.execute(sa.delete(artifacts).where(artifacts.c.artifact_id == artifact_id))
 
     def remove_prefix(self, prefix: str) -> None:
         """Delete every artifact whose id starts with `prefix` (a finished trial's leftovers)."""
         with self.storage.transaction() as conn:
             conn.execute(
-                sa.text(f"DELETE FROM {self._t}artifacts WHERE artifact_id LIKE :p ESCAPE '\\'"),
-                {"p": prefix.replace("%", r"\%").replace("_", r"\_") + "%"},
+                sa.delete(artifacts).where(
+                    artifacts.c.artifact_id.startswith(prefix, autoescape=True)
+                )
             )
 
 
@@ -185,15 +173,15 @@ class TrialCheckpoints(CheckpointStore):
     def __init__(
         self,
         store: ArtifactStore,
-        queue: Queue,
+        storage: Storage,
         claim: Claim,
         study_name: str,
         *,
         before_publish: Callable[[], None] | None = None,
     ) -> None:
-        self.store, self.queue, self.claim = store, queue, claim
+        self.store, self.storage, self.claim = store, storage, claim
         self.before_publish = before_publish
-        self.prefix = f"ckpt-{queue.study_id}-{claim.number}-"
+        self.prefix = f"ckpt-{claim.study_id}-{claim.number}-"
         self.filename = f"{study_name}-trial-{claim.number}-checkpoint.pt"
 
     def write(self, data: BinaryIO) -> None:
@@ -204,20 +192,14 @@ class TrialCheckpoints(CheckpointStore):
         pointer = {
             "artifact_id": artifact_id,
             "bytes": data.tell(),
-            "saved_by": self.queue.worker_id,
+            "saved_by": self.claim.worker_id,
             "write_s": round(time.monotonic() - started, 3),
         }
         try:
             if self.before_publish is not None:
                 self.before_publish()
-            previous = self.queue.move_checkpoint_pointer(
-                # Optuna keeps artifact metadata as a JSON string inside the attribute.
-                self.claim,
-                POINTER_ATTR,
-                pointer,
-                f"artifacts:{artifact_id}",
-                json.dumps(asdict(meta)),
-            )
+            # Optuna keeps artifact metadata as a JSON string inside the attribute.
+            previous = move_pointer(self.storage, self.claim, pointer, json.dumps(asdict(meta)))
         except BaseException:
             with contextlib.suppress(Exception):
                 self.store.remove(artifact_id)
@@ -229,7 +211,7 @@ class TrialCheckpoints(CheckpointStore):
     def open(self) -> BinaryIO | None:
         # Waits out a database outage: starting over while a checkpoint exists would lose work.
         pointer = retry(
-            lambda: self.queue.trial_system_attr(self.claim.trial_id, POINTER_ATTR),
+            lambda: read_pointer(self.storage, self.claim.trial_id),
             "read the checkpoint pointer",
         )
         if pointer is None:
@@ -246,7 +228,7 @@ class TrialCheckpoints(CheckpointStore):
 
     def discard(self) -> None:
         """Delete the trial's checkpoints (the trial is finished)."""
-        self.queue.drop_checkpoint_pointer(self.claim.trial_id, POINTER_ATTR)
+        drop_pointer(self.storage, self.claim.trial_id)
         remove_prefix = getattr(self.store, "remove_prefix", None)
         if remove_prefix is not None:
             remove_prefix(self.prefix)

@@ -16,12 +16,21 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
+from search.artifacts import artifact_store_for
 from search.config import ConfigError, StudyConfig, load_config
-from search.storage import Storage, StorageError, open_storage, resolve_url
+from search.migrate import check_schema, upgrade
+from search.sample_ahead import queue_first_trials
+from search.status import format_best, format_status, study_status
+from search.storage import Storage, StorageError, open_storage, resolve_url, retry
+from search.study import StudyRef, create_study, open_study
+from search.trial_by_hand import try_config
+from search.worker import DEFAULT_GRACE_S, Worker
+from trainer import TaskImportError, resolve_task
 
 __all__ = ["entry_point", "main"]
 
@@ -31,9 +40,10 @@ EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+    """Bad command lines are bad input like any other: one line, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"hpsearch: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,6 +85,31 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
 
+    try_ = sub.add_parser(
+        "try",
+        help="train one configuration by hand (nothing is written to a study)",
+        description="Train one configuration of a study config's task and print its metric per "
+        "epoch. Params not set take the middle of their range. Exit codes: 0 completed, 1 "
+        "diverged or failed, 2 bad input, 130 interrupted.",
+    )
+    try_.add_argument("config", metavar="CONFIG", help="study config (TOML)")
+    try_.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyperparameter from the config's [space] (repeatable)",
+    )
+    try_.add_argument("--epochs", type=int, help="epochs to train (default: task.epochs)")
+    try_.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    try_.add_argument("--seed", type=int, help="training seed (default: study.seed)")
+    try_.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="keep a checkpoint here and resume from it (same config and params)",
+    )
+
     status = sub.add_parser("status", help="trials by state, the best trial, running trials")
     status.add_argument("--study", required=True, help="study name")
     status.add_argument("--storage", help=storage_help)
@@ -92,7 +127,10 @@ _GRACE_HELP = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad command line (already reported)
+        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     _setup_logging(args.verbose)
     try:
         return _COMMANDS[args.command](args)
@@ -122,9 +160,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     _check_task(config)
     storage = open_storage(resolve_url(args.storage), create=True)
-    from search.study import create_study
-
-    study, created = create_study(storage, config)
+    study, created = _create(storage, config)
     verb = "created" if created else "already exists, same config:"
     print(f"study {study.name!r} {verb} in {storage.safe_url}")
     return EXIT_OK
@@ -135,9 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _check_task(config)
     url = resolve_url(args.storage)
     storage = open_storage(url, create=True)
-    from search.study import create_study
-
-    study, _ = create_study(storage, config)
+    study, _ = _create(storage, config)
     devices = _local_devices(args.workers)
     options = _WorkerOptions.from_args(args)
     if len(devices) == 1:
@@ -151,8 +185,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     url = resolve_url(args.storage)
     storage = open_storage(url)
-    from search.study import open_study
-
     study = open_study(storage, args.study)
     options = _WorkerOptions.from_args(args)
     if args.gpus == "all":
@@ -165,10 +197,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return _run_worker(storage, study.name, device, options)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from search.status import format_status, study_status
-    from search.study import open_study
+def cmd_try(args: argparse.Namespace) -> int:
+    return try_config(args)
 
+
+def cmd_status(args: argparse.Namespace) -> int:
     storage = open_storage(resolve_url(args.storage))
     study = open_study(storage, args.study)
     status = study_status(storage, study)
@@ -177,8 +210,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from search.migrate import upgrade
-
     storage = open_storage(resolve_url(args.storage), create=True)
     revision = upgrade(storage)
     print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
@@ -189,12 +220,22 @@ _COMMANDS = {
     "run": cmd_run,
     "create": cmd_create,
     "worker": cmd_worker,
+    "try": cmd_try,
     "status": cmd_status,
     "migrate": cmd_migrate,
 }
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
+    """What `create` and `run` do: tables up to date, the study, its first trials queued."""
+    upgrade(storage)
+    study, created = create_study(storage, config)
+    if created:
+        queue_first_trials(storage, study)
+    return study, created
 
 
 @dataclass(frozen=True)
@@ -223,12 +264,6 @@ class _WorkerOptions:
 
 
 def _run_worker(storage: Storage, study_name: str, device: str, options: _WorkerOptions) -> int:
-    from search.artifacts import artifact_store_for
-    from search.migrate import check_schema
-    from search.storage import retry
-    from search.study import open_study
-    from search.worker import Worker
-
     # The database answered once (open_storage); if it restarts now, wait for it.
     retry(lambda: check_schema(storage), "check the schema", attempts=12)
     study = retry(lambda: open_study(storage, study_name), "open the study", attempts=12)
@@ -322,9 +357,6 @@ class _StudyProgress:
 
     def draw(self) -> None:
         if time.monotonic() - self._at >= 1.0:
-            from search.status import study_status
-            from search.study import open_study
-
             self._at = time.monotonic()
             try:
                 s = study_status(self.storage, open_study(self.storage, self.study_name))
@@ -350,17 +382,12 @@ class _StudyProgress:
 
 
 def _print_summary(storage: Storage, study_name: str) -> None:
-    from search.status import format_best, study_status
-    from search.study import open_study
-
     status = study_status(storage, open_study(storage, study_name))
     print(format_best(status))
 
 
 def _check_task(config: StudyConfig) -> None:
     """A task that cannot be imported is bad input: say so before anything is written."""
-    from trainer import TaskImportError, resolve_task
-
     try:
         resolve_task(config.task.name)
     except TaskImportError as exc:
@@ -368,8 +395,6 @@ def _check_task(config: StudyConfig) -> None:
 
 
 def _grace(cli_value: float | None) -> float:
-    from search.worker import DEFAULT_GRACE_S
-
     if cli_value is not None:
         return cli_value
     env = os.environ.get("HPSEARCH_GRACE_S")
@@ -385,7 +410,7 @@ def _grace(cli_value: float | None) -> float:
 
 
 def _gpu_count() -> int:
-    import torch
+    import torch  # only here: commands that need no GPU count never load torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -427,8 +452,6 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("optuna").setLevel(logging.WARNING)
     for noisy in ("alembic", "sqlalchemy", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    import warnings
-
     warnings.filterwarnings("ignore", module="optuna")
 
 

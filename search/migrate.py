@@ -8,12 +8,19 @@ one database with different ideas of its tables.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import optuna
 import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from search.storage import SCHEMA, Storage, StorageError, ensure_optuna_schema
+from search.db.tables import OUR_SCHEMA
+from search.storage import Storage, StorageError, engine_kwargs
 
 __all__ = ["VERSION_TABLE", "check_schema", "head_revision", "schema_for", "upgrade"]
 
@@ -23,28 +30,34 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 def schema_for(conn: Connection) -> str | None:
     """Our tables' schema on this connection's database (None: SQLite's single namespace)."""
-    return SCHEMA if conn.dialect.name == "postgresql" else None
+    return OUR_SCHEMA if conn.dialect.name == "postgresql" else None
 
 
 def upgrade(storage: Storage) -> str:
     """Create or upgrade every table; returns hpsearch's schema revision."""
-    from alembic import command
-
     ensure_optuna_schema(storage)
     with storage.engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Concurrent `create` calls (one per machine) must not race on DDL.
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('hpsearch.migrate'))"))
-            conn.execute(sa.text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+            conn.execute(sa.schema.CreateSchema(OUR_SCHEMA, if_not_exists=True))
         config = _alembic_config()
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
     return head_revision()
 
 
-def current_revision(storage: Storage) -> str | None:
-    from alembic.runtime.migration import MigrationContext
+def ensure_optuna_schema(storage: Storage) -> None:
+    """Create or upgrade Optuna's tables (Optuna's own Alembic migrations)."""
+    rdb = optuna.storages.RDBStorage(storage.url, engine_kwargs=engine_kwargs(storage.url))
+    try:
+        if rdb.get_current_version() != rdb.get_head_version():
+            rdb.upgrade()
+    finally:
+        rdb.engine.dispose()
 
+
+def current_revision(storage: Storage) -> str | None:
     with storage.engine.connect() as conn:
         context = MigrationContext.configure(
             conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema_for(conn)}
@@ -53,8 +66,6 @@ def current_revision(storage: Storage) -> str | None:
 
 
 def head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
     head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
     assert head is not None, "migrations/ has no revisions"
     return head
@@ -71,9 +82,7 @@ def check_schema(storage: Storage) -> None:
         )
 
 
-def _alembic_config():  # type: ignore[no-untyped-def]
-    from alembic.config import Config
-
+def _alembic_config() -> Config:
     config = Config()
     config.set_main_option("script_location", str(_migrations_dir()))
     return config
@@ -83,8 +92,6 @@ def _migrations_dir() -> Path:
     if (MIGRATIONS_DIR / "env.py").exists():
         return MIGRATIONS_DIR
     # Installed from a wheel: the migrations ship as the package `hpsearch_migrations`.
-    import importlib.util
-
     spec = importlib.util.find_spec("hpsearch_migrations")
     if spec is None or spec.origin is None:
         raise StorageError("hpsearch's migrations are missing from this installation")

@@ -1,11 +1,13 @@
-"""What made a trial: code version, hardware and library versions (SPEC: trial user attributes)."""
+"""What made a trial: code version, hardware and library versions (trial user attributes)."""
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata as md
 import platform
 import socket
 import subprocess
+import sys
 from typing import Any
 
 __all__ = ["code_version", "environment"]
@@ -37,14 +39,11 @@ def code_version() -> dict[str, Any]:
 @functools.cache
 def environment() -> dict[str, Any]:
     """Host and library versions (torch and CUDA only if torch is already loaded)."""
-    import importlib.metadata as md
-    import sys
-
     info: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "python_version": platform.python_version(),
-        "hpsearch_version": _version(md, "hpsearch"),
-        "optuna_version": _version(md, "optuna"),
+        "hpsearch_version": _version("hpsearch"),
+        "optuna_version": _version("optuna"),
     }
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -53,7 +52,7 @@ def environment() -> dict[str, Any]:
     return info
 
 
-def _version(md: Any, dist: str) -> str | None:
+def _version(dist: str) -> str | None:
     try:
         return md.version(dist)
     except md.PackageNotFoundError:

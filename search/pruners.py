@@ -12,12 +12,11 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 
-if TYPE_CHECKING:
-    from search.config import PrunerSettings, StudyConfig
+from search.config import PrunerSettings, StudyConfig
 
 __all__ = ["HyperbandPruner", "make_pruner", "rung_steps"]
 

@@ -11,16 +11,15 @@ Optuna makes on its own storage.
 
 Example::
 
-    view = PruningStorage(storage, study_id)
-    pruner = Pruner(storage, study)            # once per worker
+    pruner = Pruner(storage, study)            # once per worker (a StudyRef, from open_study)
     pruner.should_prune(trial_id, {1: 0.81, 2: 0.84, 3: 0.85})
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
-import math
 import threading
 from collections.abc import Container, Sequence
 from typing import Any
@@ -30,6 +29,13 @@ import sqlalchemy as sa
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from search.db.statements import bound_ids, in_bound_ids, upsert_attributes
+from search.db.tables import (
+    stored_float,
+    trial_intermediate_values,
+    trial_system_attributes,
+    trials,
+)
 from search.pruners import make_pruner
 from search.storage import Storage
 from search.study import StudyRef
@@ -37,8 +43,6 @@ from search.study import StudyRef
 __all__ = ["Pruner", "PruningStorage"]
 
 _STATES = {s.name: s for s in TrialState}
-_RUNG_KEYS = "completed\\_rung\\_%"
-"""LIKE pattern of the system attributes successive halving (and Hyperband) write and read."""
 
 
 class PruningStorage(optuna.storages.BaseStorage):
@@ -95,14 +99,7 @@ class PruningStorage(optuna.storages.BaseStorage):
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._storage.autocommit() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
-                    "VALUES (:t, :k, :v) ON CONFLICT (trial_id, key) "
-                    "DO UPDATE SET value_json = excluded.value_json"
-                ),
-                {"t": trial_id, "k": key, "v": json.dumps(value)},
-            )
+            upsert_attributes(conn, trial_system_attributes, trial_id, {key: value})
         with self._lock:
             if trial_id in self._trials:
                 # A new object: lists a pruner already holds must not change under it (successive
@@ -159,41 +156,32 @@ class PruningStorage(optuna.storages.BaseStorage):
 
     def _refresh(self) -> None:
         """Read trials that are new or were unfinished last time; finished ones never change."""
-        ids = sorted(self._unfinished)
         with self._storage.autocommit() as conn:
+            dialect = conn.dialect.name
             # One round trip: the trials and the rung attributes successive halving compares.
             joined = conn.execute(
-                sa.text(
-                    "SELECT t.trial_id, t.number, t.state, a.key, a.value_json FROM trials t "
-                    "LEFT JOIN trial_system_attributes a ON a.trial_id = t.trial_id "
-                    f"AND a.key LIKE '{_RUNG_KEYS}' ESCAPE '\\' WHERE t.study_id = :s AND "
-                    f"(t.trial_id > :max OR {_in_ids(conn, 't.trial_id')})"
-                ),
+                _changed_trials_statement(dialect),
                 {
-                    "s": self._study.study_id,
-                    "max": self._max_id,
-                    "ids": ids if conn.dialect.name == "postgresql" else json.dumps(ids),
+                    "study": self._study.study_id,
+                    "max_seen": self._max_id,
+                    "ids": bound_ids(dialect, sorted(self._unfinished)),
                 },
             ).all()
             if not joined:
                 return
             rows = {r.trial_id: r for r in joined}.values()
-            attrs: dict[int, list[tuple]] = {}
+            attrs: dict[int, list[tuple[str, str]]] = {}
             for r in joined:
                 if r.key is not None:
                     attrs.setdefault(r.trial_id, []).append((r.key, r.value_json))
             # Only the median pruner reads finished trials' curves: the others skip the rows.
             finished = [r.trial_id for r in rows if _STATES[r.state].is_finished()]
-            steps = (
-                _by_trial(
-                    conn,
-                    "SELECT trial_id, step, intermediate_value, intermediate_value_type "
-                    f"FROM trial_intermediate_values WHERE {_in_ids(conn, 'trial_id')}",
-                    finished,
-                )
-                if self._with_curves and finished
-                else {}
-            )
+            steps: dict[int, list[tuple[int, float | None, str]]] = {}
+            if self._with_curves and finished:
+                for trial_id, step, value, kind in conn.execute(
+                    _curves_statement(dialect), {"ids": bound_ids(dialect, finished)}
+                ):
+                    steps.setdefault(trial_id, []).append((step, value, kind))
         for r in rows:
             state = _STATES[r.state]
             system_attrs = {k: json.loads(v) for k, v in attrs.get(r.trial_id, [])}
@@ -206,7 +194,7 @@ class PruningStorage(optuna.storages.BaseStorage):
                 r.number,
                 state,
                 system_attrs,
-                {step: _float(v, kind) for step, v, kind in steps.get(r.trial_id, [])},
+                {step: stored_float(v, kind) for step, v, kind in steps.get(r.trial_id, [])},
             )
             if state.is_finished():
                 self._unfinished.discard(r.trial_id)
@@ -265,22 +253,26 @@ def _light_trial(
     )
 
 
-def _in_ids(conn: sa.Connection, column: str) -> str:
-    """`column` is in the list bound as :ids. On PostgreSQL `= ANY(array)` keeps the statement's
-    text the same for any number of ids, so the server can reuse its plan."""
-    if conn.dialect.name == "postgresql":
-        return f"{column} = ANY(:ids)"
-    return f"{column} IN (SELECT value FROM json_each(:ids))"
+@functools.cache
+def _changed_trials_statement(dialect: str) -> sa.Select:
+    """Trials created since the last look, or unfinished then, with their rung attributes."""
+    t, a = trials, trial_system_attributes
+    rung = sa.and_(
+        a.c.trial_id == t.c.trial_id, a.c.key.startswith("completed_rung_", autoescape=True)
+    )
+    return (
+        sa.select(t.c.trial_id, t.c.number, t.c.state, a.c.key, a.c.value_json)
+        .select_from(t.outerjoin(a, rung))
+        .where(
+            t.c.study_id == sa.bindparam("study"),
+            sa.or_(t.c.trial_id > sa.bindparam("max_seen"), in_bound_ids(dialect, t.c.trial_id)),
+        )
+    )
 
 
-def _by_trial(conn: sa.Connection, sql: str, ids: Sequence[int]) -> dict[int, list[tuple]]:
-    out: dict[int, list[tuple]] = {}
-    bound = list(ids) if conn.dialect.name == "postgresql" else json.dumps(list(ids))
-    for row in conn.execute(sa.text(sql), {"ids": bound}):
-        out.setdefault(row[0], []).append(tuple(row[1:]))
-    return out
-
-
-def _float(value: float | None, kind: str) -> float:
-    special = {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}
-    return special[kind] if kind in special else float(value)  # type: ignore[arg-type]
+@functools.cache
+def _curves_statement(dialect: str) -> sa.Select:
+    v = trial_intermediate_values
+    return sa.select(
+        v.c.trial_id, v.c.step, v.c.intermediate_value, v.c.intermediate_value_type
+    ).where(in_bound_ids(dialect, v.c.trial_id))

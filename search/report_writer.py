@@ -7,7 +7,7 @@ caller flushes: the values are in the database before the pruner is asked. Whate
 unwritten when the trial ends goes into the same transaction that records its end. While the
 database is away, values wait here and are written once it answers again.
 
-    writer = ReportWriter(queue, on_error=...)
+    writer = ReportWriter(storage, on_lost=..., on_error=..., on_success=...)
     writer.begin(claim)
     writer.add(3, 0.91)            # returns at once
     writer.flush()                 # before a pruning decision: raises LeaseLost or a DB error
@@ -21,8 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from search.dispatch import Claim, LeaseLost, Queue
-from search.storage import is_transient
+from search.db.fenced_writes import report
+from search.db.leases import Claim, LeaseLost
+from search.storage import Storage, is_transient
 
 __all__ = ["ReportWriter"]
 
@@ -34,7 +35,7 @@ class ReportWriter:
 
     def __init__(
         self,
-        queue: Queue,
+        storage: Storage,
         *,
         on_lost: Callable[[Claim], None],
         on_error: Callable[[BaseException, str], None],
@@ -42,7 +43,7 @@ class ReportWriter:
         retry_s: float = 1.0,
         coalesce_s: float = 0.5,
     ) -> None:
-        self.queue = queue
+        self.storage = storage
         self._on_lost, self._on_error, self._on_success = on_lost, on_error, on_success
         self._retry_s, self._coalesce_s = retry_s, coalesce_s
         self._claim: Claim | None = None
@@ -75,7 +76,7 @@ class ReportWriter:
                 claim, values = self._claim, dict(self._pending)
             if claim is None or not values:
                 return
-            self.queue.report(claim, values)
+            report(self.storage, claim, values)
             with self._state:
                 if self._claim == claim:
                     for epoch, value in values.items():

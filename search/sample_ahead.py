@@ -1,8 +1,8 @@
-"""Creating a study's trials: one process at a time samples ahead, workers only claim.
+"""Sampling ahead: one process at a time samples a study's next trials into its queue.
 
-Whoever holds the study's sampling lock (see `Queue.sampling_lock`) tops the queue of WAITING
-trials up; `create` queues the first ones, workers refill it as they claim. The queue's depth
-depends on the sampler:
+Whoever holds the study's sampling lock (`search.db.trial_rows.sampling_lock`) tops the queue of
+WAITING trials up; `create` queues the first ones (`queue_first_trials`), workers refill it as
+they claim. The queue's depth depends on the sampler:
 
 - random, grid and QMC points do not depend on results: one queued trial per live worker, so
   a worker that finishes a trial never waits for sampling;
@@ -20,20 +20,25 @@ enqueued with plain Optuna work as in Optuna.
 from __future__ import annotations
 
 import math
+import os
+import socket
 import threading
+import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from search.dispatch import Counts, Queue
-from search.samplers import LEARNS_FROM_RESULTS
+import optuna
+from optuna.distributions import distribution_to_json
+from optuna.trial import TrialState, create_trial
+
+from search.db import liveness, trial_rows
+from search.db.trial_rows import Counts
+from search.samplers import LEARNS_FROM_RESULTS, distribution, make_sampler, suggest
 from search.space import Param
 from search.storage import Storage
-from search.study import StudyRef
+from search.study import StudyRef, load_optuna_study
 
-if TYPE_CHECKING:
-    import optuna
-
-__all__ = ["PREFILL", "TrialSampler"]
+__all__ = ["PREFILL", "TrialSampler", "queue_first_trials"]
 
 PREFILL = 32
 """Trials `create` queues for samplers that do not learn from results: the first workers start
@@ -41,10 +46,10 @@ at once, without racing each other to sample."""
 
 
 class TrialSampler:
-    """Samples a study's next trials into its queue."""
+    """Samples a study's next trials into its queue, as worker `worker_id`."""
 
-    def __init__(self, storage: Storage, study: StudyRef, queue: Queue) -> None:
-        self.storage, self.study, self.queue = storage, study, queue
+    def __init__(self, storage: Storage, study: StudyRef, worker_id: str) -> None:
+        self.storage, self.study, self.worker_id = storage, study, worker_id
         self.config = study.config
         self._optuna_study: optuna.Study | None = None
 
@@ -58,31 +63,33 @@ class TrialSampler:
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
             return min(missing, max(1, depth, at_least) - counts.waiting)
 
+        study_id = self.study.study_id
         if self.config.study.sampler == "random":
             # No history needed: lock, count and insert in one transaction, one connection.
             self.optuna_study()  # loaded first: SQLite must not wait on its own transaction
-            return self.queue.create_sampled_trials(self._random_params, how_many) > 0
-        with self.queue.sampling_lock() as got:
+            created = trial_rows.create_sampled_trials(
+                self.storage, study_id, self._random_params, how_many
+            )
+            return created > 0
+        with trial_rows.sampling_lock(self.storage, study_id) as got:
             if not got:
                 return False
-            wanted = how_many(self.queue.counts(), self.queue.live_workers())
+            wanted = how_many(
+                trial_rows.count_trials(self.storage, study_id),
+                liveness.live_workers(self.storage, study_id),
+            )
             if wanted <= 0:
                 return False
             for _ in range(wanted):
                 if stop and stop.is_set():
                     break
-                trial_id, number = self.queue.create_trial()
+                trial_id, number = trial_rows.create_trial(self.storage, study_id, self.worker_id)
                 self.sample_params(trial_id, number, self.config.space)
-                self.queue.enqueue_sampled(trial_id)
+                trial_rows.enqueue_sampled(self.storage, trial_id)
             return True
 
     def sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
         """Sample `space` into trial `trial_id` through Optuna (sampler hooks, fixed params)."""
-        import optuna
-
-        from search.samplers import make_sampler, suggest
-        from search.study import load_optuna_study
-
         study = load_optuna_study(self.storage, self.study, make_sampler(self.config, number))
         study.get_trials(deepcopy=False)  # sync the cached storage: it must know the new trial
         trial = optuna.Trial(study, trial_id)
@@ -90,17 +97,10 @@ class TrialSampler:
 
     def optuna_study(self) -> optuna.Study:
         if self._optuna_study is None:
-            from search.study import load_optuna_study
-
             self._optuna_study = load_optuna_study(self.storage, self.study)
         return self._optuna_study
 
     def _random_params(self, number: int) -> dict[str, tuple[float, str]]:
-        from optuna.distributions import distribution_to_json
-        from optuna.trial import TrialState, create_trial
-
-        from search.samplers import distribution, make_sampler
-
         sampler = make_sampler(self.config, number)
         stub = create_trial(state=TrialState.RUNNING)
         out = {}
@@ -109,3 +109,27 @@ class TrialSampler:
             value = sampler.sample_independent(self.optuna_study(), stub, param.name, dist)
             out[param.name] = (dist.to_internal_repr(value), distribution_to_json(dist))
         return out
+
+
+def queue_first_trials(storage: Storage, study: StudyRef) -> None:
+    """Sample a new study's first trials, for samplers whose points do not depend on results,
+    so that the first workers start at once instead of racing each other to sample."""
+    if study.config.study.sampler in LEARNS_FROM_RESULTS:
+        return
+    # Registered like a worker: should `create` die while sampling, its trials are reaped.
+    hostname = socket.gethostname()
+    creator = liveness.WorkerInfo(
+        worker_id=f"create-{hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        study_id=study.study_id,
+        hostname=hostname,
+        pid=os.getpid(),
+        device="-",
+        grace_s=60.0,
+    )
+    liveness.register(storage, creator)
+    try:
+        TrialSampler(storage, study, creator.worker_id).top_up(
+            at_least=min(PREFILL, study.config.study.n_trials)
+        )
+    finally:
+        liveness.unregister(storage, creator.worker_id, "created the study")

@@ -1,14 +1,22 @@
-"""`hpsearch status`: trials by state, the best trial, and who runs what, read in a few queries."""
+"""`hpsearch status`: trials by state, the best trial, and who runs what, read in a few queries.
+
+All reads share one read-only transaction (`Storage.read`): on SQLite it takes no write lock,
+so watching a study never slows its workers down.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
 
 import sqlalchemy as sa
+from optuna.distributions import json_to_distribution
 
-from search.dispatch import now_sql
+from search.db.liveness import live_workers_clause
+from search.db.statements import db_now
+from search.db.tables import trial_leases, trial_params, trial_values, trials, workers
 from search.storage import Storage
 from search.study import StudyRef
 
@@ -16,45 +24,34 @@ __all__ = ["best_trial", "format_best", "format_status", "study_status"]
 
 
 def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
-    """The status object printed by `hpsearch status --json` (SPEC's keys, and more)."""
-    from optuna.distributions import json_to_distribution
-
-    t = "hpsearch." if storage.is_postgres else ""
+    """The status object printed by `hpsearch status --json` (README lists its keys)."""
     config = study.config
-    with storage.engine.connect() as conn:
+    with storage.read() as conn:
+        dialect = conn.dialect.name
         counts = dict(
             conn.execute(
-                sa.text("SELECT state, count(*) FROM trials WHERE study_id = :s GROUP BY state"),
-                {"s": study.study_id},
+                sa.select(trials.c.state, sa.func.count())
+                .where(trials.c.study_id == study.study_id)
+                .group_by(trials.c.state)
             ).all()
         )
-        best = _best(conn, study)
+        best = conn.execute(
+            _best_statement(config.study.direction), {"study": study.study_id}
+        ).first()
         params: dict[str, Any] = {}
         if best is not None:
+            p = trial_params
             for name, value, dist in conn.execute(
-                sa.text(
-                    "SELECT param_name, param_value, distribution_json FROM trial_params "
-                    "WHERE trial_id = :t"
-                ),
-                {"t": best.trial_id},
+                sa.select(p.c.param_name, p.c.param_value, p.c.distribution_json).where(
+                    p.c.trial_id == best.trial_id
+                )
             ):
                 params[name] = json_to_distribution(dist).to_external_repr(value)
-        running = conn.execute(
-            sa.text(
-                f"SELECT t.number, l.worker_id, w.hostname, w.device, l.epoch, "
-                f"{now_sql(conn)} - l.claimed_at, {now_sql(conn)} - w.heartbeat_at "
-                f"FROM trials t JOIN {t}trial_leases l ON l.trial_id = t.trial_id "
-                f"LEFT JOIN {t}workers w ON w.worker_id = l.worker_id "
-                "WHERE t.study_id = :s AND t.state = 'RUNNING' ORDER BY t.number"
-            ),
-            {"s": study.study_id},
-        ).all()
-        workers = conn.execute(
-            sa.text(
-                f"SELECT count(*) FROM {t}workers WHERE study_id = :s AND stopped_at IS NULL "
-                f"AND {now_sql(conn)} - heartbeat_at <= grace_s"
-            ),
-            {"s": study.study_id},
+        running = conn.execute(_running_statement(dialect), {"study": study.study_id}).all()
+        live = conn.execute(
+            sa.select(sa.func.count()).where(
+                workers.c.study_id == study.study_id, live_workers_clause(dialect)
+            )
         ).scalar_one()
     return {
         "study": study.name,
@@ -69,16 +66,16 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
         "best": None
         if best is None
         else {"number": best.number, "value": float(best.value), "params": params},
-        "live_workers": workers,
+        "live_workers": live,
         "running_trials": [
             {
-                "number": r[0],
-                "worker_id": r[1],
-                "hostname": r[2],
-                "device": r[3],
-                "epoch": r[4],
-                "seconds": None if r[5] is None else round(r[5], 1),
-                "heartbeat_age_s": None if r[6] is None else round(r[6], 1),
+                "number": r.number,
+                "worker_id": r.worker_id,
+                "hostname": r.hostname,
+                "device": r.device,
+                "epoch": r.epoch,
+                "seconds": None if r.seconds is None else round(r.seconds, 1),
+                "heartbeat_age_s": None if r.heartbeat_age is None else round(r.heartbeat_age, 1),
             }
             for r in running
         ],
@@ -88,21 +85,10 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
 def best_trial(storage: Storage, study: StudyRef) -> tuple[int, float] | None:
     """(number, value) of the best complete trial so far, or None."""
     with storage.autocommit() as conn:
-        row = _best(conn, study)
+        row = conn.execute(
+            _best_statement(study.config.study.direction), {"study": study.study_id}
+        ).first()
     return None if row is None else (row.number, float(row.value))
-
-
-def _best(conn: sa.Connection, study: StudyRef) -> Any:
-    order = "DESC" if study.config.study.direction == "maximize" else "ASC"
-    return conn.execute(
-        sa.text(
-            "SELECT t.trial_id, t.number, v.value FROM trials t "
-            "JOIN trial_values v ON v.trial_id = t.trial_id AND v.objective = 0 "
-            "WHERE t.study_id = :s AND t.state = 'COMPLETE' AND v.value IS NOT NULL "
-            f"ORDER BY v.value {order}, t.number LIMIT 1"
-        ),
-        {"s": study.study_id},
-    ).first()
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -134,4 +120,42 @@ def format_best(status: dict[str, Any]) -> str:
     return (
         f"  best: trial {best['number']}  {status['metric']} {shown}  "
         f"params {json.dumps(best['params'])}"
+    )
+
+
+@functools.cache
+def _best_statement(direction: str) -> sa.Select:
+    t, v = trials, trial_values
+    order = v.c.value.desc() if direction == "maximize" else v.c.value.asc()
+    return (
+        sa.select(t.c.trial_id, t.c.number, v.c.value)
+        .join(v, sa.and_(v.c.trial_id == t.c.trial_id, v.c.objective == 0))
+        .where(
+            t.c.study_id == sa.bindparam("study"),
+            t.c.state == "COMPLETE",
+            v.c.value.is_not(None),
+        )
+        .order_by(order, t.c.number)
+        .limit(1)
+    )
+
+
+@functools.cache
+def _running_statement(dialect: str) -> sa.Select:
+    t, lease, w = trials, trial_leases, workers
+    now = db_now(dialect)
+    return (
+        sa.select(
+            t.c.number,
+            lease.c.worker_id,
+            w.c.hostname,
+            w.c.device,
+            lease.c.epoch,
+            (now - lease.c.claimed_at).label("seconds"),
+            (now - w.c.heartbeat_at).label("heartbeat_age"),
+        )
+        .join(lease, lease.c.trial_id == t.c.trial_id)
+        .outerjoin(w, w.c.worker_id == lease.c.worker_id)
+        .where(t.c.study_id == sa.bindparam("study"), t.c.state == "RUNNING")
+        .order_by(t.c.number)
     )

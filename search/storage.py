@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+import optuna
 import sqlalchemy as sa
 import sqlalchemy.orm
 import sqlalchemy.pool
@@ -39,13 +40,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InvalidatePoolError, OperationalError
 
-if TYPE_CHECKING:
-    import optuna
+from search.db.tables import OUR_SCHEMA
+from search.errors import first_line
 
 __all__ = [
     "DEFAULT_STORAGE",
     "Storage",
     "StorageError",
+    "engine_kwargs",
     "is_transient",
     "mask_url",
     "normalize_url",
@@ -57,8 +59,6 @@ __all__ = [
 T = TypeVar("T")
 
 DEFAULT_STORAGE = "sqlite:///hpsearch.db"
-SCHEMA = "hpsearch"
-"""PostgreSQL schema of hpsearch's own tables (SQLite has none: the tables sit beside Optuna's)."""
 
 
 class StorageError(Exception):
@@ -175,6 +175,15 @@ class Storage:
             yield conn
 
     @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction for several consistent reads (status): on SQLite a deferred
+        BEGIN, so that reading never takes the write lock (workers keep writing meanwhile)."""
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(hpsearch_read=True)
+            with conn.begin():
+                yield conn
+
+    @contextlib.contextmanager
     def autocommit(self) -> Iterator[Connection]:
         """A connection whose statements each commit alone: for single statements (reads, one
         upsert), saving the BEGIN and COMMIT/ROLLBACK round trips of a transaction."""
@@ -185,8 +194,6 @@ class Storage:
         """Optuna's storage on the same database (cached per process, created on first use)."""
         with self._lock:
             if self._optuna is None:
-                import optuna
-
                 rdb = optuna.storages.RDBStorage(
                     self.url,
                     engine_kwargs={"poolclass": sa.pool.NullPool},
@@ -248,12 +255,12 @@ def open_storage(url: str, *, create: bool = False, check: bool = True) -> Stora
         raise StorageError(
             f"no study database at {sqlite_file} (create a study first: hpsearch create CONFIG)"
         )
-    engine = sa.create_engine(url, **_engine_kwargs(url))
+    engine = sa.create_engine(url, **engine_kwargs(url))
     if engine.dialect.name == "postgresql":
         _ping_after_idle(engine)
         engine = engine.execution_options()
     else:
-        engine = engine.execution_options(schema_translate_map={SCHEMA: None})
+        engine = engine.execution_options(schema_translate_map={OUR_SCHEMA: None})
         _setup_sqlite(engine)
     storage = Storage(url=url, engine=engine)
     if check:
@@ -263,24 +270,13 @@ def open_storage(url: str, *, create: bool = False, check: bool = True) -> Stora
         except DBAPIError as exc:
             engine.dispose()
             raise StorageError(
-                f"cannot reach the database at {mask_url(url)}: {_first_line(exc.orig)}"
+                f"cannot reach the database at {mask_url(url)}: {first_line(exc.orig)}"
             ) from None
     return storage
 
 
-def ensure_optuna_schema(storage: Storage) -> None:
-    """Create or upgrade Optuna's tables (RDBStorage does this when tables are missing)."""
-    import optuna
-
-    rdb = optuna.storages.RDBStorage(storage.url, engine_kwargs=_engine_kwargs(storage.url))
-    try:
-        if rdb.get_current_version() != rdb.get_head_version():
-            rdb.upgrade()
-    finally:
-        rdb.engine.dispose()
-
-
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def engine_kwargs(url: str) -> dict[str, Any]:
+    """The engine settings hpsearch uses for a storage URL (pool, timeouts, keepalives)."""
     if make_url(url).get_backend_name() == "postgresql":
         return {
             # Stale connections (idle timeouts, a restarted server) are replaced, not used:
@@ -326,7 +322,7 @@ def _ping_after_idle(engine: Engine) -> None:
         try:
             engine.dialect.do_ping(dbapi_conn)
         except Exception as exc:
-            raise InvalidatePoolError(f"stale connection: {_first_line(exc)}") from exc
+            raise InvalidatePoolError(f"stale connection: {first_line(exc)}") from exc
 
 
 def _setup_sqlite(engine: Engine) -> None:
@@ -342,10 +338,9 @@ def _setup_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _first_line(exc: BaseException | None) -> str:
-    text = str(exc or "unknown error").strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        options = conn.get_execution_options()
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            return
+        # Writers take the write lock at BEGIN, so that read-then-write transactions (a claim)
+        # cannot interleave between processes; readers take none.
+        conn.exec_driver_sql("BEGIN" if options.get("hpsearch_read") else "BEGIN IMMEDIATE")

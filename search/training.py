@@ -6,18 +6,20 @@ import dataclasses
 import functools
 from typing import Any
 
+import trainer
 from search.provenance import code_version, environment
-from search.worker import TrialOutcome, TrialRun
+from search.trial_run import TrialOutcome, TrialRun
 
 __all__ = ["run_training"]
 
 
 def run_training(run: TrialRun) -> TrialOutcome:
-    """Train one trial; its user attributes record what made it (SPEC's provenance list)."""
-    from trainer import train
-
+    """Train one trial; its user attributes record what made it (hostname, versions, code
+    commit, data fingerprint, precision, epochs, wall time, peak memory, where it resumed
+    from)."""
     config = dataclasses.replace(run.config.train, seed=run.seed)
-    result = train(
+    # `trainer.train` loads torch on first use: the commands that never train do not pay for it.
+    result = trainer.train(
         _task_factory(run.config.task.name),
         run.params,
         config,
@@ -53,6 +55,4 @@ def run_training(run: TrialRun) -> TrialOutcome:
 
 @functools.cache
 def _task_factory(name: str) -> Any:
-    from trainer import resolve_task
-
-    return resolve_task(name)
+    return trainer.resolve_task(name)

@@ -23,7 +23,6 @@ Ctrl-C exits at once; the trial is then handed back by the reaper after the grac
 from __future__ import annotations
 
 import logging
-import math
 import os
 import random
 import signal
@@ -33,30 +32,28 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from search.dispatch import Claim, LeaseLost, Queue
+from optuna.distributions import json_to_distribution
+
+from search.artifacts import ArtifactStore, TrialCheckpoints
+from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db.leases import Claim, LeaseLost
+from search.db.tables import stored_float
+from search.errors import first_line
 from search.pruners import rung_steps
-from search.reports import ReportWriter
+from search.pruning_view import Pruner
+from search.report_writer import ReportWriter
+from search.sample_ahead import TrialSampler
 from search.samplers import LEARNS_FROM_RESULTS, derived_seed
-from search.sampling import TrialSampler
+from search.status import best_trial
 from search.storage import Storage, is_transient, retry
+from search.study import StudyRef
+from search.training import run_training
+from search.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
+from trainer import CheckpointStore
 
-if TYPE_CHECKING:
-    from search.artifacts import ArtifactStore
-    from search.config import StudyConfig
-    from search.pruning import Pruner
-    from search.study import StudyRef
-    from trainer import CheckpointStore
-
-__all__ = [
-    "DEFAULT_GRACE_S",
-    "TrialFunction",
-    "TrialOutcome",
-    "TrialRun",
-    "Worker",
-]
+__all__ = ["DEFAULT_GRACE_S", "Worker"]
 
 logger = logging.getLogger("search.worker")
 
@@ -76,42 +73,6 @@ SAMPLE_AHEAD_BELOW = 16
 trials than this are left after a claim, in one batch, instead of one trial per claim."""
 
 T = TypeVar("T")
-
-
-@dataclass
-class TrialRun:
-    """What a worker hands to the function that runs one trial."""
-
-    number: int
-    trial_id: int
-    params: dict[str, Any]
-    config: StudyConfig
-    seed: int
-    """Training seed of this trial: derived from the study seed and the trial number."""
-    device: str
-    report: Callable[[int, float], bool]
-    """report(epoch, value) -> True when the trial should stop (pruned or taken over)."""
-    stop: threading.Event
-    """Set when the worker must stop (SIGTERM, Ctrl-C): checkpoint and return "preempted"."""
-    checkpoints: CheckpointStore | None = None
-    reported: dict[int, float] = field(default_factory=dict)
-    """Epoch -> value already recorded for this trial (non-empty when it is resumed)."""
-    previous_worker: str | None = None
-    """The worker that held this trial before (it died, was preempted or was stopped)."""
-
-
-@dataclass
-class TrialOutcome:
-    """How a trial ended, as the trial function tells the worker."""
-
-    status: Literal["completed", "pruned", "diverged", "failed", "preempted"]
-    value: float | None = None
-    """The trial's value: its last reported score."""
-    user_attrs: dict[str, Any] = field(default_factory=dict)
-    reason: str | None = None
-
-
-TrialFunction = Callable[[TrialRun], TrialOutcome]
 
 
 class Worker:
@@ -136,11 +97,10 @@ class Worker:
         self.grace_s = grace_s
         self.hostname = socket.gethostname()
         self.worker_id = f"{self.hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.queue = Queue(storage, study.study_id, self.worker_id)
-        self.sampler = TrialSampler(storage, study, self.queue)
+        self.sampler = TrialSampler(storage, study, self.worker_id)
         self.artifacts = artifacts
         self.keep_checkpoints = keep_checkpoints
-        self._run_trial = run_trial
+        self._run_trial = run_trial or run_training
         if progress is None:  # a live line on a terminal, unless a parent process draws one
             progress = sys.stderr.isatty() and os.environ.get("HPSEARCH_PROGRESS") != "0"
         self._progress = progress
@@ -156,7 +116,7 @@ class Worker:
         self._heartbeat_s = max(0.2, grace_s / 6)
         self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
         self._reports = ReportWriter(
-            self.queue, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
+            storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
         )
         self.trials_run = 0
 
@@ -173,12 +133,15 @@ class Worker:
         """Pull trials until the study is done; returns the process exit code."""
         self.prepare()
         restore = self._install_signal_handlers()
-        self._retry(
-            lambda: self.queue.register(
-                hostname=self.hostname, pid=os.getpid(), device=self.device, grace_s=self.grace_s
-            ),
-            "register worker",
+        me = liveness.WorkerInfo(
+            worker_id=self.worker_id,
+            study_id=self.study.study_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            device=self.device,
+            grace_s=self.grace_s,
         )
+        self._retry(lambda: liveness.register(self.storage, me), "register worker")
         logger.info(
             "worker %s joined study %r on %s (device %s, grace %.0f s)",
             self.worker_id,
@@ -208,7 +171,11 @@ class Worker:
             if self._sampler_thread is not None:
                 self._sampler_thread.join(timeout=30)
             try:
-                self._retry(lambda: self.queue.unregister(reason), "unregister", attempts=3)
+                self._retry(
+                    lambda: liveness.unregister(self.storage, self.worker_id, reason),
+                    "unregister",
+                    attempts=3,
+                )
             except Exception:  # the reaper treats a silent worker the same way
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
@@ -228,7 +195,9 @@ class Worker:
             claim = self._claim_once()
             if claim is not None:
                 return claim
-            counts = self._retry(self.queue.counts, "count trials")
+            counts = self._retry(
+                lambda: trial_rows.count_trials(self.storage, self.study.study_id), "count trials"
+            )
             if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
                 return None
             if counts.total < n_trials:
@@ -251,11 +220,11 @@ class Worker:
             nonlocal failed
             if failed:
                 # The connection broke around a commit: the claim may have gone through.
-                held = self.queue.held_claims()
+                held = claims.held_claims(self.storage, self.worker_id)
                 if held:
                     return held[0]
             try:
-                return self.queue.claim()
+                return claims.claim_next_trial(self.storage, self.study.study_id, self.worker_id)
             except Exception:
                 failed = True
                 raise
@@ -304,7 +273,7 @@ class Worker:
                 self._best = self._best_so_far()
             self._show(claim.number, None, None)
             try:
-                outcome = self._call_trial(run)
+                outcome = self._run_trial(run)
             except Exception as exc:  # a bug in the trial function: record it, keep working
                 logger.exception("trial %d failed", claim.number)
                 outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
@@ -321,43 +290,26 @@ class Worker:
                 )
             self._claim = None
 
-    def _call_trial(self, run: TrialRun) -> TrialOutcome:
-        if self._run_trial is None:
-            from search.training import run_training
-
-            self._run_trial = run_training
-        return self._run_trial(run)
-
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
         if self._lost:
             return
         if outcome.status == "preempted":
             self._retry(
-                lambda: self.queue.hand_back(
-                    claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
+                lambda: fenced_writes.hand_back(
+                    self.storage, claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
                 ),
                 "hand the trial back",
                 attempts=5,
             )
             logger.info("trial %d: checkpointed and handed back for another worker", claim.number)
             return
-        state = {"completed": "COMPLETE", "pruned": "PRUNED"}.get(outcome.status, "FAIL")
-        value = outcome.value
-        if state == "PRUNED" and value is None and run.reported:
-            value = run.reported[max(run.reported)]  # as Optuna's tell() does for pruned trials
-        if value is not None and (math.isnan(value) or (state == "COMPLETE" and math.isinf(value))):
-            state, outcome.reason = "FAIL", outcome.reason or f"the trial's value is {value}"
-        system_attrs = {"fail_reason": outcome.reason} if state == "FAIL" and outcome.reason else {}
+        end = trial_end(outcome, run.reported)
+        system_attrs = {"fail_reason": end.fail_reason} if end.fail_reason else {}
         user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
         self._retry(
-            lambda: self.queue.finish(
-                claim,
-                state,
-                value if state != "FAIL" else None,
-                user_attrs,
-                system_attrs,
-                leftover,
+            lambda: fenced_writes.finish(
+                self.storage, claim, end.state, end.value, user_attrs, system_attrs, leftover
             ),
             "record the trial's result",
         )
@@ -367,9 +319,11 @@ class Worker:
                 run.checkpoints.discard()
             except Exception:  # an old checkpoint costs disk space, not correctness
                 logger.warning("trial %d: could not delete its checkpoint", claim.number)
-        shown = "" if value is None else f" {self.config.study.metric} {value:.4g}"
-        why = f" ({outcome.reason})" if outcome.reason else ""
-        logger.info("trial %d %s%s in %.1f s%s", claim.number, state.lower(), shown, seconds, why)
+        shown = "" if end.value is None else f" {self.config.study.metric} {end.value:.4g}"
+        why = f" ({end.fail_reason})" if end.fail_reason else ""
+        logger.info(
+            "trial %d %s%s in %.1f s%s", claim.number, end.state.lower(), shown, seconds, why
+        )
 
     # -- reporting and pruning --------------------------------------------------------------
 
@@ -417,8 +371,6 @@ class Worker:
 
     def _load_pruner(self) -> Pruner:
         if self._pruner is None:
-            from search.pruning import Pruner
-
             self._pruner = Pruner(self.storage, self.study)
         return self._pruner
 
@@ -447,9 +399,7 @@ class Worker:
     def _load_trial(self, claim: Claim) -> tuple[dict[str, Any], dict[int, float], str | None]:
         """The trial's params (sampling any that are missing), the values it already has, and
         the worker that ran it before (if it is resumed)."""
-        from optuna.distributions import json_to_distribution
-
-        data = claim.loaded or self.queue.trial_data(claim.trial_id)
+        data = claim.loaded or claims.read_trial_data(self.storage, claim.trial_id)
         params = {
             name: json_to_distribution(dist).to_external_repr(value)
             for name, value, dist in data.params
@@ -458,13 +408,12 @@ class Worker:
         if missing:
             # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
             params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
-        reported = {int(step): _intermediate(v, kind) for step, v, kind in data.steps}
+        reported = {int(step): stored_float(v, kind) for step, v, kind in data.steps}
         return params, reported, data.previous_worker
 
     def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
         if self.artifacts is None:
             return None
-        from search.artifacts import TrialCheckpoints
 
         def flush_reports() -> None:
             try:
@@ -474,7 +423,11 @@ class Worker:
                 raise
 
         return TrialCheckpoints(
-            self.artifacts, self.queue, claim, self.study.name, before_publish=flush_reports
+            self.artifacts,
+            self.storage,
+            claim,
+            self.study.name,
+            before_publish=flush_reports,
         )
 
     # -- liveness ---------------------------------------------------------------------------
@@ -483,11 +436,11 @@ class Worker:
         while not self._stop.wait(self._heartbeat_s * (0.8 + 0.4 * random.random())):
             claim = self._claim
             try:
-                holds = self.queue.heartbeat(claim)
+                holds = liveness.heartbeat(self.storage, self.worker_id, claim)
                 self._db_back()
                 if claim is not None and not holds:
                     self._trial_lost(claim)
-                for number, dead in self.queue.reap():
+                for number, dead in liveness.reap(self.storage, self.study.study_id):
                     logger.warning(
                         "worker %s went silent for longer than its grace period: trial %d is "
                         "queued again and will resume from its last checkpoint",
@@ -511,7 +464,7 @@ class Worker:
             logger.warning(
                 "database unreachable (%s: %s); training continues, retrying",
                 what,
-                _first_line(exc),
+                first_line(exc),
             )
 
     def _db_back(self) -> None:
@@ -562,8 +515,6 @@ class Worker:
         sys.stderr.flush()
 
     def _best_so_far(self) -> str:
-        from search.status import best_trial
-
         try:
             best = best_trial(self.storage, self.study)
         except Exception:  # the progress line can do without it this time
@@ -578,16 +529,7 @@ class Worker:
             sys.stderr.flush()
 
 
-def _intermediate(value: float | None, kind: str) -> float:
-    return {"INF_POS": math.inf, "INF_NEG": -math.inf, "NAN": math.nan}.get(kind, value)  # type: ignore[return-value]
-
-
 def _fmt_params(params: dict[str, Any]) -> str:
     return ", ".join(
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

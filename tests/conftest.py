@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from search.migrate import upgrade
+from search.storage import open_storage
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -47,16 +50,26 @@ def _admin_engine() -> sa.Engine:
     )
 
 
+def migrated(url: str) -> str:
+    """`url` with Optuna's and hpsearch's tables created, as `hpsearch migrate` leaves it."""
+    storage = open_storage(url, create=True)
+    try:
+        upgrade(storage)
+    finally:
+        storage.close()
+    return url
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
-    """URL of a fresh PostgreSQL database for this test session."""
+    """URL of a fresh, migrated PostgreSQL database for this test session."""
     admin = _admin_engine()
     name = f"hpsearch_test_{uuid.uuid4().hex[:10]}"
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     url = admin.url.set(database=name).render_as_string(hide_password=False)
     try:
-        yield url
+        yield migrated(url)
     finally:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
@@ -65,9 +78,9 @@ def pg_url() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def storage_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Each storage test runs on both backends."""
+    """Each storage test runs on both backends (migrated databases)."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'study.db'}"
+        return migrated(f"sqlite:///{tmp_path / 'study.db'}")
     return request.getfixturevalue("pg_url")
 
 
@@ -129,7 +142,7 @@ def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
             time.sleep(down_s)
             ctl("start")
 
-        yield url, restart
+        yield migrated(url), restart
     finally:
         ctl("stop", "-m", "immediate")
         shutil.rmtree(root, ignore_errors=True)

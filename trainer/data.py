@@ -146,7 +146,7 @@ def eval_batches(
 
 
 def fingerprint(dataset: Dataset[Any]) -> str:
-    """A stable hash of the data (SPEC's provenance: "a fingerprint of the training data").
+    """A stable hash of the data (recorded with every trial: which data trained it).
 
     A TensorDataset is hashed whole (its bytes, shapes and dtypes). Any other dataset is hashed
     by its length and `FINGERPRINT_SAMPLES` items spread evenly over it, which tells data sets

@@ -13,7 +13,8 @@ from typing import Any
 
 from search.storage import open_storage
 from search.study import open_study
-from search.worker import TrialOutcome, TrialRun, Worker
+from search.trial_run import TrialOutcome, TrialRun
+from search.worker import Worker
 
 
 def curve(run: TrialRun, epoch_s: float = 0.01) -> TrialOutcome:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import optuna
 import pytest
@@ -16,17 +17,17 @@ from search.artifacts import (
     TrialCheckpoints,
     artifact_store_for,
 )
-from search.dispatch import LeaseLost, Queue
+from search.db import claims, liveness, trial_rows
+from search.db.leases import LeaseLost
 from search.storage import open_storage
 from search.study import create_study
-from tests.search.test_dispatch import make_config
+from search.trial_run import TrialOutcome, TrialRun
+from search.worker import Worker
+from tests.search.test_dispatch import make_config, register
 
 
 def test_database_store_round_trips_in_chunks(pg_url: str) -> None:
     storage = open_storage(pg_url)
-    from search.migrate import upgrade
-
-    upgrade(storage)
     store = DatabaseArtifactStore(storage)
     store.chunk_bytes = 1000  # several chunks, and a last one that is full
     payload = os.urandom(3000)
@@ -69,15 +70,14 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     store = artifact_store_for(storage, None)
     expected = DatabaseArtifactStore if storage.is_postgres else DirectoryArtifactStore
     assert isinstance(store, expected)
-    old = Queue(storage, ref.study_id, f"old-{study_name}")
-    new = Queue(storage, ref.study_id, f"new-{study_name}")
-    for q in (old, new):
-        q.register(hostname="h", pid=1, device="cpu", grace_s=0.05)
-    trial_id, _ = old.create_trial()
-    old.enqueue_sampled(trial_id)
-    claim = old.claim()
+    old, new = f"old-{study_name}", f"new-{study_name}"
+    for worker in (old, new):
+        register(storage, ref.study_id, worker, grace_s=0.05)
+    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, old)
+    trial_rows.enqueue_sampled(storage, trial_id)
+    claim = claims.claim_next_trial(storage, ref.study_id, old)
     assert claim is not None
-    mine = TrialCheckpoints(store, old, claim, study_name)
+    mine = TrialCheckpoints(store, storage, claim, study_name)
     mine.write(io.BytesIO(b"epoch 1"))
     mine.write(io.BytesIO(b"epoch 2"))
     with mine.open() as fh:
@@ -93,14 +93,12 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     assert (tmp_path / "dl.pt").read_bytes() == b"epoch 2"
 
     # Declared dead and taken over: the old worker can no longer move the pointer.
-    import time
-
     time.sleep(0.2)
-    new.heartbeat(None)
-    new.reap()
-    taken = new.claim()
+    liveness.heartbeat(storage, new, None)
+    liveness.reap(storage, ref.study_id)
+    taken = claims.claim_next_trial(storage, ref.study_id, new)
     assert taken is not None
-    theirs = TrialCheckpoints(store, new, taken, study_name)
+    theirs = TrialCheckpoints(store, storage, taken, study_name)
     with theirs.open() as fh:
         assert fh.read() == b"epoch 2"  # the new owner resumes from the latest
     with pytest.raises(LeaseLost):
@@ -119,8 +117,6 @@ def test_a_published_checkpoint_never_runs_ahead_of_the_stored_scores(
     # Scores are written in the background; a checkpoint taken after epoch 2 must not become
     # the trial's checkpoint while epoch 2's score is still only in this process: killed at
     # that moment, the trial would resume after epoch 2 with no score for it.
-    from search.worker import TrialOutcome, TrialRun, Worker
-
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, make_config(study_name, n_trials=1))
     stored_at_checkpoint: dict[int, float] = {}

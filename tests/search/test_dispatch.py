@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -9,8 +10,10 @@ import optuna
 import pytest
 
 from search.config import ConfigError, parse_config
-from search.dispatch import LeaseLost, Queue
-from search.storage import open_storage
+from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db.leases import LeaseLost
+from search.sample_ahead import queue_first_trials
+from search.storage import Storage, open_storage
 from search.study import create_study
 from search.worker import Worker
 from tests.search.objectives import curve, join_all, start_workers
@@ -28,6 +31,21 @@ def make_config(name: str, **study: Any) -> Any:
                 "width": {"type": "categorical", "choices": [8, 16, 32]},
             },
         }
+    )
+
+
+def register(storage: Storage, study_id: int, worker_id: str, grace_s: float) -> None:
+    """A worker's registration, as `Worker.run` writes it."""
+    liveness.register(
+        storage,
+        liveness.WorkerInfo(
+            worker_id=worker_id,
+            study_id=study_id,
+            hostname="h",
+            pid=1,
+            device="cpu",
+            grace_s=grace_s,
+        ),
     )
 
 
@@ -68,6 +86,7 @@ def test_create_is_idempotent_and_refuses_another_config(storage_url: str, study
 def test_enqueued_trials_are_run_with_their_fixed_params(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, make_config(study_name, n_trials=3))
+    queue_first_trials(storage, ref)
     study = optuna.load_study(study_name=study_name, storage=storage_url)
     assert [t.state.name for t in study.trials] == ["WAITING"] * 3  # queued by `create`
     study.enqueue_trial({"x": 0.25, "width": 16})  # plain Optuna API, partial params
@@ -82,32 +101,49 @@ def test_enqueued_trials_are_run_with_their_fixed_params(storage_url: str, study
 def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, make_config(study_name, n_trials=1))
-    old = Queue(storage, ref.study_id, f"old-{study_name}")
-    new = Queue(storage, ref.study_id, f"new-{study_name}")
-    for q in (old, new):
-        q.register(hostname="h", pid=1, device="cpu", grace_s=0.05)
-    trial_id, _ = old.create_trial()
-    old.enqueue_sampled(trial_id)
-    claim = old.claim()
+    old, new = f"old-{study_name}", f"new-{study_name}"
+    for worker in (old, new):
+        register(storage, ref.study_id, worker, grace_s=0.05)
+    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, old)
+    trial_rows.enqueue_sampled(storage, trial_id)
+    claim = claims.claim_next_trial(storage, ref.study_id, old)
     assert claim is not None and claim.generation == 1
-    old.report(claim, {1: 0.5})
-
-    import time
+    fenced_writes.report(storage, claim, {1: 0.5})
 
     time.sleep(0.2)  # "old" misses its heartbeats
-    new.heartbeat(None)
-    assert [n for n, _ in new.reap()] == [claim.number]
-    taken = new.claim()
+    liveness.heartbeat(storage, new, None)
+    assert [n for n, _ in liveness.reap(storage, ref.study_id)] == [claim.number]
+    taken = claims.claim_next_trial(storage, ref.study_id, new)
     assert taken is not None and taken.trial_id == claim.trial_id and taken.generation == 2
 
     with pytest.raises(LeaseLost):
-        old.report(claim, {2: 0.9})
+        fenced_writes.report(storage, claim, {2: 0.9})
     with pytest.raises(LeaseLost):
-        old.finish(claim, "COMPLETE", 0.9, {})
-    assert not old.heartbeat(claim)
-    new.report(taken, {2: 0.6})
-    new.finish(taken, "COMPLETE", 0.6, {"who": "new"})
+        fenced_writes.finish(storage, claim, "COMPLETE", 0.9, {})
+    assert not liveness.heartbeat(storage, old, claim)
+    fenced_writes.report(storage, taken, {2: 0.6})
+    fenced_writes.finish(storage, taken, "COMPLETE", 0.6, {"who": "new"})
     trial = optuna.load_study(study_name=study_name, storage=storage_url).trials[0]
     assert trial.state.name == "COMPLETE" and trial.value == 0.6
     assert trial.intermediate_values == {1: 0.5, 2: 0.6}  # the old worker's epoch 1 stays
     assert trial.user_attrs == {"who": "new"}
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "grid", "qmc"])
+def test_every_sampler_feeds_several_workers_exactly_n_trials(
+    storage_url: str, study_name: str, sampler: str
+) -> None:
+    # Samplers other than random go through Optuna's own Trial under the sampling lock.
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=10, sampler=sampler))
+    queue_first_trials(storage, ref)
+    assert join_all(start_workers(storage_url, study_name, 3)) == [0, 0, 0]
+
+    trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
+    assert sorted(t.number for t in trials) == list(range(10))
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in trials)
+    points = {(t.params["x"], t.params["lr"], t.params["width"]) for t in trials}
+    assert len(points) == 10  # no point sampled twice, however the workers interleaved
+    if sampler == "grid":
+        grid = ref.config.grid_values()
+        assert all(t.params[name] in grid[name] for t in trials for name in grid)

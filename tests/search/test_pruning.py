@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from search.config import parse_config
-from search.pruning import Pruner
+from search.pruning_view import Pruner
 from search.storage import open_storage
 from search.study import create_study
 from search.worker import Worker

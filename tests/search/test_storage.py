@@ -1,13 +1,20 @@
-"""Connections on a real PostgreSQL: a pooled connection the server closed while it sat idle
-(an idle timeout, a proxy, an administrator) is replaced before use, not handed out."""
+"""Connections and transactions on real databases: a pooled PostgreSQL connection the server
+closed while it sat idle is replaced before use; readers never wait for writers; a failed
+transaction leaves nothing behind (both backends)."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
 
 from search import storage as storage_module
+from search.db.tables import trials
+from search.status import study_status
 from search.storage import open_storage
+from search.study import create_study
+from tests.search.test_dispatch import make_config
 
 
 def _server_closes_pooled_connection(url: str, pid: int) -> None:
@@ -47,3 +54,31 @@ def test_a_connection_used_a_moment_ago_is_not_pinged(
         _backend_pid(storage)
     assert _backend_pid(storage) != pid  # the pool replaced it after the error
     storage.close()
+
+
+def test_status_reads_while_a_worker_holds_the_write_lock(
+    storage_url: str, study_name: str
+) -> None:
+    # On SQLite a writer's transaction locks the database file for writing; `hpsearch status`
+    # (and every read) must neither wait for it nor take that lock itself.
+    storage = open_storage(storage_url)
+    study, _ = create_study(storage, make_config(study_name, n_trials=5))
+    watcher = open_storage(storage_url)
+    with storage.transaction() as writer, ThreadPoolExecutor(1) as pool:
+        writer.execute(sa.insert(trials).values(number=0, study_id=study.study_id, state="WAITING"))
+        status = pool.submit(study_status, watcher, study).result(timeout=10)
+        assert status["waiting"] == 0  # the writer has not committed yet
+    assert study_status(watcher, study)["waiting"] == 1
+
+
+def test_a_failed_transaction_writes_nothing(storage_url: str, study_name: str) -> None:
+    storage = open_storage(storage_url)
+    study, _ = create_study(storage, make_config(study_name, n_trials=5))
+    with pytest.raises(RuntimeError), storage.transaction() as conn:
+        conn.execute(sa.insert(trials).values(number=0, study_id=study.study_id, state="WAITING"))
+        raise RuntimeError("the process fails half way")
+    with storage.read() as conn:
+        count = conn.execute(
+            sa.select(sa.func.count()).where(trials.c.study_id == study.study_id)
+        ).scalar_one()
+    assert count == 0

@@ -1,0 +1,71 @@
+"""Checkpoint pointers: which artifact holds a trial's latest checkpoint.
+
+A trial's pointer is its system attribute `POINTER_ATTR`; beside it, Optuna's own
+``artifacts:<id>`` attribute lists the artifact for the dashboard. Moving the pointer checks the
+lease in the same transaction (a worker that lost its trial cannot move it) and drops the
+previous artifact's listing; the caller then deletes the previous artifact itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from search.db.leases import Claim, fence
+from search.db.statements import upsert_attributes
+from search.db.tables import trial_system_attributes
+from search.storage import Storage
+
+__all__ = ["POINTER_ATTR", "drop_pointer", "move_pointer", "read_pointer"]
+
+POINTER_ATTR = "hpsearch:checkpoint"
+"""Trial system attribute: the artifact holding the trial's latest checkpoint."""
+
+
+def move_pointer(
+    storage: Storage, claim: Claim, pointer: dict[str, Any], artifact_meta: str
+) -> str | None:
+    """Point the trial at a new checkpoint artifact (`pointer["artifact_id"]`), listed for the
+    dashboard with Optuna's artifact metadata JSON; returns the previous artifact's id."""
+    with storage.transaction() as conn:
+        fence(conn, claim)
+        previous = _pointer(conn, claim.trial_id)
+        upsert_attributes(
+            conn,
+            trial_system_attributes,
+            claim.trial_id,
+            {POINTER_ATTR: pointer, f"artifacts:{pointer['artifact_id']}": artifact_meta},
+        )
+        if previous is not None:
+            _delete(conn, claim.trial_id, f"artifacts:{previous['artifact_id']}")
+    return None if previous is None else previous["artifact_id"]
+
+
+def drop_pointer(storage: Storage, trial_id: int) -> None:
+    """Forget the trial's checkpoint (it is finished); the caller deletes the artifacts."""
+    with storage.transaction() as conn:
+        previous = _pointer(conn, trial_id)
+        if previous is not None:
+            _delete(conn, trial_id, POINTER_ATTR)
+            _delete(conn, trial_id, f"artifacts:{previous['artifact_id']}")
+
+
+def read_pointer(storage: Storage, trial_id: int) -> dict[str, Any] | None:
+    with storage.autocommit() as conn:
+        return _pointer(conn, trial_id)
+
+
+def _pointer(conn: Connection, trial_id: int) -> dict[str, Any] | None:
+    a = trial_system_attributes
+    value = conn.execute(
+        sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == POINTER_ATTR)
+    ).scalar()
+    return None if value is None else json.loads(value)
+
+
+def _delete(conn: Connection, trial_id: int, key: str) -> None:
+    a = trial_system_attributes
+    conn.execute(sa.delete(a).where(a.c.trial_id == trial_id, a.c.key == key))

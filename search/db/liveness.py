@@ -1,0 +1,145 @@
+"""Worker liveness: who is alive, and queuing again the trials of workers that went silent.
+
+Workers register in ``workers`` and heartbeat there (every grace/6 seconds, see
+`search.worker`). A trial whose worker has been silent for longer than the grace period *that
+worker declared* is handed back (WAITING) by any other worker, in `reap`; its params,
+intermediate values and checkpoint stay, so the next worker resumes it where it was. After a
+PostgreSQL restart every worker gets a fresh grace period (silence is counted from the server's
+start at the latest), so an outage never makes live workers look dead.
+
+All times are the database's clock (`db_now`): machines' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from search.db.leases import Claim, holds, release
+from search.db.statements import db_now
+from search.db.tables import trial_leases, trials, workers
+from search.storage import Storage
+
+__all__ = [
+    "WorkerInfo",
+    "heartbeat",
+    "live_workers",
+    "live_workers_clause",
+    "reap",
+    "register",
+    "unregister",
+]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as it registers."""
+
+    worker_id: str
+    study_id: int
+    hostname: str
+    pid: int
+    device: str
+    grace_s: float
+    """Seconds of silence after which this worker counts as dead."""
+
+
+def register(storage: Storage, worker: WorkerInfo) -> None:
+    with storage.transaction() as conn:
+        now = db_now(conn.dialect.name)
+        conn.execute(
+            sa.insert(workers).values(
+                worker_id=worker.worker_id,
+                study_id=worker.study_id,
+                hostname=worker.hostname[:255],
+                pid=worker.pid,
+                device=worker.device[:255],
+                started_at=now,
+                heartbeat_at=now,
+                grace_s=worker.grace_s,
+            )
+        )
+
+
+def heartbeat(storage: Storage, worker_id: str, claim: Claim | None) -> bool:
+    """Record that the worker is alive; False if it no longer holds `claim`."""
+    with storage.transaction() as conn:
+        conn.execute(_heartbeat_statement(conn.dialect.name), {"beating": worker_id})
+        return claim is None or holds(conn, claim)
+
+
+def unregister(storage: Storage, worker_id: str, reason: str) -> None:
+    with storage.transaction() as conn:
+        conn.execute(
+            sa.update(workers)
+            .where(workers.c.worker_id == worker_id)
+            .values(stopped_at=db_now(conn.dialect.name), stop_reason=reason[:255])
+        )
+
+
+def reap(storage: Storage, study_id: int) -> list[tuple[int, str]]:
+    """Queue again the trials of the study's workers silent for longer than their grace period.
+
+    Returns (trial number, dead worker id) of each trial handed back.
+    """
+    with storage.transaction() as conn:
+        rows = conn.execute(_silent_holders_statement(conn.dialect.name), {"study": study_id}).all()
+        for trial_id, _number, _worker in rows:
+            release(conn, trial_id)
+    return [(number, worker) for _, number, worker in rows]
+
+
+def live_workers(storage: Storage, study_id: int) -> int:
+    """Workers of this study that heartbeat within their grace period."""
+    with storage.autocommit() as conn:
+        return conn.execute(
+            _live_count_statement(conn.dialect.name), {"study": study_id}
+        ).scalar_one()
+
+
+def live_workers_clause(dialect: str) -> sa.ColumnElement[bool]:
+    """WHERE clause: the worker row is of a live worker."""
+    return sa.and_(
+        workers.c.stopped_at.is_(None),
+        db_now(dialect) - workers.c.heartbeat_at <= workers.c.grace_s,
+    )
+
+
+@functools.cache
+def _heartbeat_statement(dialect: str) -> sa.Update:
+    return (
+        sa.update(workers)
+        .where(workers.c.worker_id == sa.bindparam("beating"))
+        .values(heartbeat_at=db_now(dialect))
+    )
+
+
+@functools.cache
+def _silent_holders_statement(dialect: str) -> sa.Select:
+    since = workers.c.heartbeat_at
+    if dialect == "postgresql":
+        # A restarted server has seen no heartbeats since it came up: count silence from its
+        # start, so live workers get a whole grace period to reconnect.
+        since = sa.func.greatest(since, sa.extract("epoch", sa.func.pg_postmaster_start_time()))
+    statement = (
+        sa.select(trials.c.trial_id, trials.c.number, trial_leases.c.worker_id)
+        .join(trial_leases, trial_leases.c.trial_id == trials.c.trial_id)
+        .join(workers, workers.c.worker_id == trial_leases.c.worker_id)
+        .where(
+            trials.c.study_id == sa.bindparam("study"),
+            trials.c.state == "RUNNING",
+            db_now(dialect) - since > workers.c.grace_s,
+        )
+    )
+    if dialect == "postgresql":  # two reapers never hand back the same trial twice
+        statement = statement.with_for_update(of=trials, skip_locked=True)
+    return statement
+
+
+@functools.cache
+def _live_count_statement(dialect: str) -> sa.Select:
+    return sa.select(sa.func.count()).where(
+        workers.c.study_id == sa.bindparam("study"), live_workers_clause(dialect)
+    )

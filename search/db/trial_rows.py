@@ -1,0 +1,224 @@
+"""Creating a study's trial rows, for the samplers, one process at a time.
+
+Trials are created by whichever process holds the study's sampling lock (`sampling_lock`: a
+PostgreSQL advisory lock tied to the connection, so a dead sampler frees it at once; a lock file
+beside a SQLite database). The lock holder counts the study's trials before creating one, so a
+study never has more than `n_trials` trials however many workers run (numbers are counted, as
+Optuna does).
+
+Two ways in:
+
+- `create_sampled_trials`: trials whose params need no history (random search), written whole
+  (lock, count, trials and params) in one transaction on one connection;
+- `create_trial` then `enqueue_sampled`: a RUNNING row under the sampler's lease while Optuna's
+  sampler fills its params (a real ``optuna.Trial``), then WAITING for any worker. Should the
+  sampler die meanwhile, the reaper queues the half-sampled row, and the worker that claims it
+  samples the missing params (`search.worker`).
+
+Caveat (as Optuna's GridSampler notes for itself): trials created outside hpsearch (e.g. with
+plain ``study.enqueue_trial``) are run by hpsearch workers, but count towards `n_trials`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from search.db.claims import utcnow_naive
+from search.db.liveness import live_workers_clause
+from search.db.statements import LOCK_CLASS, db_now
+from search.db.tables import FINISHED_STATES, trial_leases, trial_params, trials, workers
+from search.storage import Storage
+
+__all__ = [
+    "Counts",
+    "count_trials",
+    "create_sampled_trials",
+    "create_trial",
+    "enqueue_sampled",
+    "sampling_lock",
+]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Trials of a study by state."""
+
+    by_state: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_state.values())
+
+    @property
+    def finished(self) -> int:
+        return sum(self.by_state.get(s, 0) for s in FINISHED_STATES)
+
+    @property
+    def waiting(self) -> int:
+        return self.by_state.get("WAITING", 0)
+
+    @property
+    def running(self) -> int:
+        return self.by_state.get("RUNNING", 0)
+
+
+def count_trials(storage: Storage, study_id: int) -> Counts:
+    with storage.autocommit() as conn:
+        return _counts(conn, study_id)
+
+
+@contextlib.contextmanager
+def sampling_lock(storage: Storage, study_id: int) -> Iterator[bool]:
+    """Try to become the study's one sampler; yields whether this process got the lock."""
+    if storage.is_postgres:
+        with storage.autocommit() as conn:
+            got = conn.execute(
+                sa.select(sa.func.pg_try_advisory_lock(LOCK_CLASS, study_id))
+            ).scalar_one()
+            try:
+                yield bool(got)
+            finally:
+                if got:
+                    conn.execute(sa.select(sa.func.pg_advisory_unlock(LOCK_CLASS, study_id)))
+        return
+    path = f"{storage.sqlite_path()}.sampler-{study_id}.lock"
+    with open(path, "a+b") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def create_sampled_trials(
+    storage: Storage,
+    study_id: int,
+    params_for: Callable[[int], dict[str, tuple[float, str]]],
+    how_many: Callable[[Counts, int], int],
+) -> int:
+    """Top the queue up with trials whose params need no history (random search), in one
+    transaction on one connection: take the sampling lock for the transaction, count, insert
+    `how_many(counts, live workers)` WAITING trials with their params.
+
+    `params_for`: trial number -> {name: (internal value, distribution JSON)}. Returns how many
+    trials were created (0 if another process holds the sampling lock).
+    """
+    with storage.transaction() as conn:
+        # SQLite's BEGIN IMMEDIATE already excludes every other writer.
+        if (
+            storage.is_postgres
+            and not conn.execute(
+                sa.select(sa.func.pg_try_advisory_xact_lock(LOCK_CLASS, study_id))
+            ).scalar_one()
+        ):
+            return 0
+        counts = _counts(conn, study_id)
+        live = conn.execute(
+            sa.select(sa.func.count()).where(
+                workers.c.study_id == study_id, live_workers_clause(conn.dialect.name)
+            )
+        ).scalar_one()
+        count = max(0, how_many(counts, live))
+        for number in range(counts.total, counts.total + count):
+            trial_id = conn.execute(
+                sa.insert(trials)
+                .values(number=number, study_id=study_id, state="WAITING")
+                .returning(trials.c.trial_id)
+            ).scalar_one()
+            conn.execute(
+                sa.insert(trial_params),
+                [
+                    {
+                        "trial_id": trial_id,
+                        "param_name": name,
+                        "param_value": value,
+                        "distribution_json": dist,
+                    }
+                    for name, (value, dist) in params_for(number).items()
+                ],
+            )
+        return count
+
+
+def create_trial(storage: Storage, study_id: int, worker_id: str) -> tuple[int, int]:
+    """Insert the study's next trial, to be sampled through Optuna by this worker and then
+    `enqueue_sampled`. It is RUNNING under this worker's lease meanwhile: nobody claims it
+    half sampled, and should this worker die now, the reaper queues it again.
+
+    Call only while holding the sampling lock. Returns (trial id, number).
+    """
+    with storage.transaction() as conn:
+        row = conn.execute(
+            _create_trial_statement(), {"study": study_id, "now": utcnow_naive()}
+        ).one()
+        conn.execute(
+            sa.insert(trial_leases).values(
+                trial_id=row.trial_id,
+                study_id=study_id,
+                worker_id=worker_id,
+                generation=0,
+                claimed_at=db_now(conn.dialect.name),
+                epoch=0,
+            )
+        )
+    return row.trial_id, row.number
+
+
+def enqueue_sampled(storage: Storage, trial_id: int) -> None:
+    """Make a freshly sampled trial claimable."""
+    with storage.transaction() as conn:
+        conn.execute(
+            sa.update(trials)
+            .where(trials.c.trial_id == trial_id, trials.c.state == "RUNNING")
+            .values(state="WAITING", datetime_start=None)
+        )
+        conn.execute(
+            sa.update(trial_leases)
+            .where(trial_leases.c.trial_id == trial_id)
+            .values(worker_id=None)
+        )
+
+
+def _counts(conn: Connection, study_id: int) -> Counts:
+    rows = conn.execute(_counts_statement(), {"study": study_id}).all()
+    return Counts({str(state): n for state, n in rows})
+
+
+@functools.cache
+def _counts_statement() -> sa.Select:
+    return (
+        sa.select(trials.c.state, sa.func.count())
+        .where(trials.c.study_id == sa.bindparam("study"))
+        .group_by(trials.c.state)
+    )
+
+
+@functools.cache
+def _create_trial_statement() -> sa.Insert:
+    # The number is counted in the same statement (callers hold the sampling lock).
+    next_number = (
+        sa.select(sa.func.count())
+        .where(trials.c.study_id == sa.bindparam("study"))
+        .scalar_subquery()
+    )
+    return (
+        sa.insert(trials)
+        .values(
+            number=next_number,
+            study_id=sa.bindparam("study"),
+            state="RUNNING",
+            datetime_start=sa.bindparam("now", type_=sa.DateTime),
+        )
+        .returning(trials.c.trial_id, trials.c.number)
+    )
