@@ -36,7 +36,9 @@ from optuna.artifacts.exceptions import ArtifactNotFound
 from search.db.checkpoint_pointers import POINTER_ATTR, drop_pointer, move_pointer, read_pointer
 from search.db.leases import Claim
 from search.db.tables import artifacts
-from search.storage import Storage, retry
+from search.errors import first_line
+from search.storage import Storage, StorageError, retry
+from search.study import StudyRef
 from trainer.checkpoint import CheckpointStore
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "DirectoryArtifactStore",
     "TrialCheckpoints",
     "artifact_store_for",
+    "existing_directory",
 ]
 
 logger = logging.getLogger("search.artifacts")
@@ -152,14 +155,29 @@ class DirectoryArtifactStore(FileSystemArtifactStore):
 
 
 def artifact_store_for(storage: Storage, directory: str | None) -> ArtifactStore:
-    """A directory if one is given, else the database on PostgreSQL, else beside the SQLite file."""
+    """A directory if one is given, else the database on PostgreSQL, else beside the SQLite file.
+
+    A given directory must exist (StorageError otherwise): a shared volume that is not mounted
+    must not silently become a local directory no other machine sees.
+    """
     if directory:
-        return DirectoryArtifactStore(directory)
+        return DirectoryArtifactStore(existing_directory(directory))
     if storage.is_postgres:
         return DatabaseArtifactStore(storage)
     db = storage.sqlite_path()
     assert db is not None
     return DirectoryArtifactStore(db.with_name(db.name + ".artifacts"))
+
+
+def existing_directory(directory: str) -> str:
+    """`directory` if it exists; else StorageError (exit 2). Never created here: a shared
+    volume that is not mounted must not silently become a local directory that no other
+    machine sees."""
+    if not os.path.isdir(directory):
+        raise StorageError(
+            f"--artifacts {directory}: no such directory (is the shared volume mounted?)"
+        )
+    return directory
 
 
 class TrialCheckpoints(CheckpointStore):
@@ -175,14 +193,17 @@ class TrialCheckpoints(CheckpointStore):
         store: ArtifactStore,
         storage: Storage,
         claim: Claim,
-        study_name: str,
+        study: StudyRef,
         *,
         before_publish: Callable[[], None] | None = None,
     ) -> None:
         self.store, self.storage, self.claim = store, storage, claim
         self.before_publish = before_publish
-        self.prefix = f"ckpt-{claim.study_id}-{claim.number}-"
-        self.filename = f"{study_name}-trial-{claim.number}-checkpoint.pt"
+        # Unique across databases: two studies sharing a directory never touch each other's.
+        self.prefix = f"ckpt-{study.uid}-{claim.number}-"
+        self.filename = f"{study.name}-trial-{claim.number}-checkpoint.pt"
+        self.unreadable: str | None = None
+        """Why the stored checkpoint could not be read, if the trial had to start over."""
 
     def write(self, data: BinaryIO) -> None:
         artifact_id = f"{self.prefix}{uuid.uuid4().hex[:12]}"
@@ -218,12 +239,13 @@ class TrialCheckpoints(CheckpointStore):
             return None
         try:
             return retry(lambda: self.store.open_reader(pointer["artifact_id"]), "read it")
-        except ArtifactNotFound:
-            logger.warning(
-                "trial %d: its checkpoint %s is missing from the artifact store; starting over",
-                self.claim.number,
-                pointer["artifact_id"],
+        except Exception as exc:  # missing, a permission, a bad file: the store's, not the trial's
+            what = "missing" if isinstance(exc, ArtifactNotFound) else "unreadable"
+            self.unreadable = (
+                f"checkpoint {pointer['artifact_id']} {what} ({type(exc).__name__}: "
+                f"{first_line(exc)}): the trial started over"
             )
+            logger.warning("trial %d: %s", self.claim.number, self.unreadable)
             return None
 
     def discard(self) -> None:

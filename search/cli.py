@@ -21,16 +21,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from search.artifacts import artifact_store_for
+from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
+from search.errors import RuntimeFailure
 from search.migrate import check_schema, upgrade
+from search.preflight import check_device, check_task
 from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
 from search.study import StudyRef, create_study, open_study
 from search.trial_by_hand import try_config
 from search.worker import DEFAULT_GRACE_S, Worker
-from trainer import TaskImportError, resolve_task
 
 __all__ = ["entry_point", "main"]
 
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--storage", help=storage_help)
     run.add_argument("--artifacts", help=artifacts_help)
-    run.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+    run.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--artifacts", help=artifacts_help)
     worker.add_argument("--device", help="cuda:N or cpu (default: cuda if available, else cpu)")
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
-    worker.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
+    worker.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
 
     try_ = sub.add_parser(
@@ -137,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, StorageError) as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RuntimeFailure as exc:
+        print(f"hpsearch: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("hpsearch: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -158,7 +162,7 @@ def entry_point() -> None:
 
 def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    _check_task(config)
+    check_task(config)
     storage = open_storage(resolve_url(args.storage), create=True)
     study, created = _create(storage, config)
     verb = "created" if created else "already exists, same config:"
@@ -168,12 +172,14 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    _check_task(config)
+    check_task(config)
+    options = _WorkerOptions.from_args(args)
+    devices = _local_devices(args.workers)
+    for device in sorted(set(devices)):
+        check_device(device)
     url = resolve_url(args.storage)
     storage = open_storage(url, create=True)
     study, _ = _create(storage, config)
-    devices = _local_devices(args.workers)
-    options = _WorkerOptions.from_args(args)
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
@@ -187,14 +193,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     storage = open_storage(url)
     study = open_study(storage, args.study)
     options = _WorkerOptions.from_args(args)
-    if args.gpus == "all":
-        devices = _local_devices(None, gpus_only=True)
-        if len(devices) > 1:
-            return _run_worker_processes(url, study.name, devices, options)
-        device = devices[0]
-    else:
-        device = args.device or _default_device()
-    return _run_worker(storage, study.name, device, options)
+    devices = (
+        _local_devices(None, gpus_only=True)
+        if args.gpus == "all"
+        else [args.device or _default_device()]
+    )
+    # Nothing is registered or claimed before this machine is known to be able to train.
+    task = check_task(study.config)
+    for device in devices:
+        check_device(device)
+    logger.info("task %r: %s", study.config.task.name, task)
+    if len(devices) > 1:
+        return _run_worker_processes(url, study.name, devices, options)
+    return _run_worker(storage, study.name, devices[0], options)
 
 
 def cmd_try(args: argparse.Namespace) -> int:
@@ -248,8 +259,9 @@ class _WorkerOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
+        artifacts = args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None
         return cls(
-            artifacts=args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None,
+            artifacts=existing_directory(artifacts) if artifacts else None,
             grace_s=_grace(args.grace_s),
             keep_checkpoints=args.keep_checkpoints,
         )
@@ -386,27 +398,34 @@ def _print_summary(storage: Storage, study_name: str) -> None:
     print(format_best(status))
 
 
-def _check_task(config: StudyConfig) -> None:
-    """A task that cannot be imported is bad input: say so before anything is written."""
-    try:
-        resolve_task(config.task.name)
-    except TaskImportError as exc:
-        raise ConfigError(f"task.name: {exc}") from None
-
-
 def _grace(cli_value: float | None) -> float:
     if cli_value is not None:
         return cli_value
     env = os.environ.get("HPSEARCH_GRACE_S")
-    if env:
-        try:
-            value = float(env)
-        except ValueError:
-            raise ConfigError(f"HPSEARCH_GRACE_S: not a number: {env!r}") from None
-        if value > 0:
-            return value
-        raise ConfigError(f"HPSEARCH_GRACE_S: must be > 0, got {env}")
-    return DEFAULT_GRACE_S
+    if not env:
+        return DEFAULT_GRACE_S
+    try:
+        return _grace_seconds(env)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"HPSEARCH_GRACE_S={env!r}: {exc}") from None
+
+
+GRACE_RANGE_S = (1.0, 86400.0)
+"""Grace periods hpsearch accepts: a worker heartbeats every grace/6 seconds, so below a
+second it would spend its time heartbeating; above a day a dead worker's trial waits a day."""
+
+
+def _grace_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    low, high = GRACE_RANGE_S
+    if not low <= value <= high:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"must be between {low:g} and {high:g} seconds, got {text}"
+        )
+    return value
 
 
 def _gpu_count() -> int:
@@ -432,13 +451,6 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
 

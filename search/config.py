@@ -74,7 +74,11 @@ class StudySettings:
     """random | tpe | grid | qmc | cmaes | gp."""
     seed: int = 0
     """Seeds the sampler and every trial's training: each trial's seeds are derived from
-    (seed, trial number) (`search.samplers.derived_seed`)."""
+    (seed, trial number) (`search.samplers.derived_seed`). Grid and QMC use it as it is: it
+    must lie in [0, 2**32)."""
+    max_attempts: int = 3
+    """A trial whose worker died (or was declared dead, or lost its device) this many times
+    ends FAIL with the reason; SIGTERM and Ctrl-C hand-backs do not count."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,6 +198,10 @@ def load_config(path: str | Path) -> StudyConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a text file in UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -306,18 +314,23 @@ class _Section:
 
 
 def _study(s: _Section) -> StudySettings:
-    s.allow("name", "direction", "metric", "n_trials", "sampler", "seed")
+    s.allow("name", "direction", "metric", "n_trials", "sampler", "seed", "max_attempts")
     name = s.get("name", str)
     if not name.strip():
         raise ConfigError("study.name: must not be empty")
-    return StudySettings(
+    study = StudySettings(
         name=name,
         direction=s.get("direction", str, choices=DIRECTIONS),
         metric=s.get("metric", str),
         n_trials=s.positive_int("n_trials"),
         sampler=s.get("sampler", str, choices=SAMPLERS),
         seed=s.get("seed", int),
+        max_attempts=s.positive_int("max_attempts"),
     )
+    if not 0 <= study.seed < 2**32:
+        # Grid and QMC hand it to numpy as it is; the others derive 32-bit seeds from it.
+        raise ConfigError(f"study.seed: must be in [0, 2**32), got {study.seed}")
+    return study
 
 
 def _task(s: _Section) -> TaskSettings:

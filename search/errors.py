@@ -1,8 +1,18 @@
-"""One line from an error, for messages that must stay one line."""
+"""Errors that end a command with one line, and one line from any error.
+
+Exit codes (README): 2 for bad input (`search.config.ConfigError`, `search.storage.StorageError`),
+1 for `RuntimeFailure`, a failure of this process or this machine rather than of the input.
+"""
 
 from __future__ import annotations
 
-__all__ = ["first_line"]
+__all__ = ["RuntimeFailure", "first_line"]
+
+
+class RuntimeFailure(Exception):
+    """This process cannot go on (exit code 1), through no fault of the input: a machine fault
+    (its device failed, the task no longer imports) or a sampler that fails. The message is one
+    line; whatever trial the process held was handed back or removed first."""
 
 
 def first_line(exc: BaseException | None, limit: int = 300) -> str:

@@ -24,7 +24,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -33,9 +33,10 @@ from optuna.trial import TrialState, create_trial
 
 from search.db import liveness, trial_rows
 from search.db.trial_rows import Counts
+from search.errors import RuntimeFailure, first_line
 from search.samplers import LEARNS_FROM_RESULTS, distribution, make_sampler, suggest
 from search.space import Param
-from search.storage import Storage
+from search.storage import Storage, is_transient
 from search.study import StudyRef, load_optuna_study
 
 __all__ = ["PREFILL", "TrialSampler", "queue_first_trials"]
@@ -52,6 +53,8 @@ class TrialSampler:
         self.storage, self.study, self.worker_id = storage, study, worker_id
         self.config = study.config
         self._optuna_study: optuna.Study | None = None
+        self._sampling = threading.Lock()
+        self._unqueued: set[int] = set()  # created by this process, not yet claimable
 
     def top_up(self, *, stop: threading.Event | None = None, at_least: int = 0) -> bool:
         """If this process wins the sampling lock, fill the queue to its depth (or to
@@ -63,7 +66,22 @@ class TrialSampler:
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
             return min(missing, max(1, depth, at_least) - counts.waiting)
 
+        # One sampling thread per process at a time (the worker's loop and its sampler thread
+        # both call this): the other one is told that somebody else is sampling.
+        if not self._sampling.acquire(blocking=False):
+            return False
+        try:
+            return self._top_up(how_many, stop)
+        finally:
+            self._sampling.release()
+
+    def _top_up(self, how_many: Callable[[Counts, int], int], stop: threading.Event | None) -> bool:
         study_id = self.study.study_id
+        for trial_id in sorted(self._unqueued):
+            # Created before a database outage interrupted its sampling: queue it as it is (a
+            # worker that claims it samples what is missing), so that nobody waits for it.
+            trial_rows.enqueue_sampled(self.storage, trial_id)
+            self._unqueued.discard(trial_id)
         if self.config.study.sampler == "random":
             # No history needed: lock, count and insert in one transaction, one connection.
             self.optuna_study()  # loaded first: SQLite must not wait on its own transaction
@@ -71,7 +89,7 @@ class TrialSampler:
                 self.storage, study_id, self._random_params, how_many
             )
             return created > 0
-        with trial_rows.sampling_lock(self.storage, study_id) as got:
+        with trial_rows.sampling_lock(self.storage, study_id, self.worker_id) as got:
             if not got:
                 return False
             wanted = how_many(
@@ -84,8 +102,22 @@ class TrialSampler:
                 if stop and stop.is_set():
                     break
                 trial_id, number = trial_rows.create_trial(self.storage, study_id, self.worker_id)
-                self.sample_params(trial_id, number, self.config.space)
+                self._unqueued.add(trial_id)
+                try:
+                    self.sample_params(trial_id, number, self.config.space)
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise  # the database is away: the row is queued once it is back
+                    # The sampler itself failed: a trial row exists only with its params, so
+                    # it goes (it is the study's last: this worker still holds the lock).
+                    trial_rows.remove_unsampled(self.storage, trial_id)
+                    self._unqueued.discard(trial_id)
+                    raise RuntimeFailure(
+                        f"sampling trial {number} with the {self.config.study.sampler} sampler "
+                        f"failed: {type(exc).__name__}: {first_line(exc)}"
+                    ) from exc
                 trial_rows.enqueue_sampled(self.storage, trial_id)
+                self._unqueued.discard(trial_id)
             return True
 
     def sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:

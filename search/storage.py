@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,51 +72,69 @@ def resolve_url(cli_value: str | None) -> str:
 
 
 def normalize_url(url: str) -> str:
-    """Validate a storage URL and spell PostgreSQL URLs with the psycopg 3 driver."""
+    """Validate a storage URL and spell PostgreSQL URLs with the psycopg 3 driver.
+
+    Raises StorageError (one line, the URL masked) for anything hpsearch cannot use.
+    """
+    shown = mask_url(url)
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        why = "the port is not a number" if isinstance(exc, ValueError) else "not a URL"
         raise StorageError(
-            f"bad storage URL {mask_url(url)!r}: expected sqlite:///PATH or "
-            "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB"
+            f"bad storage URL {shown!r}: {why} (expected sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:5432/DB)"
         ) from None
     backend = parsed.get_backend_name()
     if backend in ("postgresql", "postgres"):
         if parsed.drivername not in ("postgresql", "postgres", "postgresql+psycopg"):
             raise StorageError(
-                f"bad storage URL {mask_url(url)!r}: use the psycopg 3 driver "
-                "(postgresql+psycopg://...), not {parsed.drivername}"
+                f"bad storage URL {shown!r}: use the psycopg 3 driver "
+                f"(postgresql+psycopg://...), not {parsed.drivername}"
+            )
+        if parsed.host and "@" in parsed.host:
+            raise StorageError(
+                f"bad storage URL {shown!r}: the user name or password holds '@' or '/': "
+                "write it percent-encoded (@ as %40, / as %2F)"
             )
         if not parsed.database:
-            raise StorageError(f"bad storage URL {mask_url(url)!r}: no database name")
+            raise StorageError(f"bad storage URL {shown!r}: no database name")
         return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
     if backend == "sqlite":
         if parsed.drivername != "sqlite":
-            raise StorageError(f"bad storage URL {mask_url(url)!r}: use sqlite:///PATH")
+            raise StorageError(f"bad storage URL {shown!r}: use sqlite:///PATH")
         if not parsed.database or parsed.database == ":memory:":
             raise StorageError(
-                f"bad storage URL {mask_url(url)!r}: SQLite needs a file (sqlite:///PATH), "
+                f"bad storage URL {shown!r}: SQLite needs a file (sqlite:///PATH), "
                 "workers cannot share an in-memory database"
             )
         return url
     raise StorageError(
-        f"bad storage URL {mask_url(url)!r}: unsupported database {backend!r} "
+        f"bad storage URL {shown!r}: unsupported database {backend!r} "
         "(use sqlite:///PATH or postgresql+psycopg://...)"
     )
 
 
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&;](?:password|passwd|pwd|sslpassword)=)[^&;#]*")
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ***, safe to print, log or store."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        # Not parseable: still never echo anything that looks like user:password@.
-        head, sep, tail = url.rpartition("@")
-        if not sep:
-            return url
-        scheme, _, cred = head.partition("://")
-        user = cred.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{tail}" if ":" in cred else url
+    """The URL with every password replaced by ***, safe to print, log or store.
+
+    Works on the text, not on a parse, so that a URL that does not parse (an unescaped '@' in
+    the password, a bad port) is masked all the same: the user information ends at the last
+    '@', the password is what follows the user name's ':' there, and ``password=`` query
+    parameters are masked too. When in doubt more is hidden, never less.
+    """
+    scheme, sep, rest = url.partition("://")
+    if sep:
+        at = rest.rfind("@")
+        if at >= 0:
+            user, colon, _password = rest[:at].partition(":")
+            if colon:
+                rest = f"{user}:***@{rest[at + 1 :]}"
+        url = f"{scheme}://{rest}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", url)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -295,6 +314,10 @@ def engine_kwargs(url: str) -> dict[str, Any]:
                 "keepalives_idle": 30,
                 "keepalives_interval": 10,
                 "keepalives_count": 3,
+                # No server-side prepared statements: behind PgBouncer in transaction pooling
+                # (before 1.21) a statement prepared on one server connection is missing on the
+                # next. hpsearch's statements are few and cheap to plan (bench/BENCHMARKS.md).
+                "prepare_threshold": None,
             },
         }
     return {"connect_args": {"timeout": 30}}

@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import time
+import uuid
 import warnings
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ from search.storage import Storage, StorageError
 
 __all__ = [
     "CONFIG_ATTR",
+    "UID_ATTR",
     "StudyRef",
     "create_study",
     "find_study",
@@ -34,6 +36,8 @@ logger = logging.getLogger("search.study")
 
 CONFIG_ATTR = "hpsearch:config"
 """Study system attribute holding the canonical config JSON."""
+UID_ATTR = "hpsearch:uid"
+"""Study system attribute: an id unique across databases (see `StudyRef.uid`)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,9 @@ class StudyRef:
     study_id: int
     name: str
     config: StudyConfig
+    uid: str = ""
+    """Unique across databases (`UID_ATTR`): names the study's files in a shared directory.
+    Studies created before it existed use their id."""
 
 
 def create_study(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
@@ -67,11 +74,13 @@ def create_study(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([config.study.metric])
+            uid = uuid.uuid4().hex
+            storage.optuna_storage().set_study_system_attr(study._study_id, UID_ATTR, uid)
             storage.optuna_storage().set_study_system_attr(
                 study._study_id, CONFIG_ATTR, config.to_dict()
             )
             logger.info("created study %r in %s", name, storage.safe_url)
-            return StudyRef(study._study_id, name, config), True
+            return StudyRef(study._study_id, name, config, uid), True
     if existing is None:
         raise ConfigError(
             f"study {name!r} exists in {storage.safe_url} but is not an hpsearch study"
@@ -92,8 +101,10 @@ def find_study(storage: Storage, name: str, *, wait_s: float = 0.0) -> StudyRef 
     while True:
         with storage.autocommit() as conn:
             row = conn.execute(_find_statement(), {"study_name": name}).first()
-        if row is not None and row[1] is not None:
-            return StudyRef(row[0], name, StudyConfig.from_dict(json.loads(row[1])))
+        if row is not None and row.config is not None:
+            config = StudyConfig.from_dict(json.loads(row.config))
+            uid = json.loads(row.uid) if row.uid is not None else str(row.study_id)
+            return StudyRef(row.study_id, name, config, uid)
         if row is None and wait_s == 0.0:
             return None
         if time.monotonic() >= deadline:
@@ -133,9 +144,15 @@ def load_optuna_study(
 
 @functools.cache
 def _find_statement() -> sa.Select:
-    s, a = studies, study_system_attributes
+    s = studies
+    config = study_system_attributes.alias("config_attr")
+    uid = study_system_attributes.alias("uid_attr")
     return (
-        sa.select(s.c.study_id, a.c.value_json)
-        .select_from(s.outerjoin(a, sa.and_(a.c.study_id == s.c.study_id, a.c.key == CONFIG_ATTR)))
+        sa.select(s.c.study_id, config.c.value_json.label("config"), uid.c.value_json.label("uid"))
+        .select_from(
+            s.outerjoin(
+                config, sa.and_(config.c.study_id == s.c.study_id, config.c.key == CONFIG_ATTR)
+            ).outerjoin(uid, sa.and_(uid.c.study_id == s.c.study_id, uid.c.key == UID_ATTR))
+        )
         .where(s.c.study_name == sa.bindparam("study_name"))
     )

@@ -18,9 +18,14 @@ def run_training(run: TrialRun) -> TrialOutcome:
     commit, data fingerprint, precision, epochs, wall time, peak memory, where it resumed
     from)."""
     config = dataclasses.replace(run.config.train, seed=run.seed)
+    try:
+        factory = _task_factory(run.config.task.name)
+    except trainer.TaskImportError as exc:
+        # It imported when this worker started (preflight): the machine changed, not the trial.
+        return TrialOutcome(status="machine_fault", reason=f"the task no longer imports: {exc}")
     # `trainer.train` loads torch on first use: the commands that never train do not pay for it.
     result = trainer.train(
-        _task_factory(run.config.task.name),
+        factory,
         run.params,
         config,
         report=run.report,
@@ -42,6 +47,9 @@ def run_training(run: TrialRun) -> TrialOutcome:
     }
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
+    unreadable = getattr(run.checkpoints, "unreadable", None)
+    if unreadable:
+        attrs["checkpoint_unreadable"] = unreadable
     if result.resumed_from is not None or run.previous_worker is not None:
         # The same trial continues (same number, bracket and rungs); this says from where.
         attrs["resumed_from"] = {
@@ -50,6 +58,10 @@ def run_training(run: TrialRun) -> TrialOutcome:
             **(result.resumed_from or {"epoch": 0, "step": 0}),
         }
     value = result.metrics[-1] if result.metrics else None
+    if result.status == "device_error":
+        # The process's CUDA context is unusable: nothing more can train in it, whatever the
+        # trial. The trial goes back (one failed attempt); the worker process ends.
+        return TrialOutcome(status="machine_fault", value=value, reason=result.reason)
     return TrialOutcome(status=result.status, value=value, user_attrs=attrs, reason=result.reason)
 
 

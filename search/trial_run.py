@@ -45,7 +45,9 @@ class TrialRun:
 class TrialOutcome:
     """How a trial ended, as the trial function tells the worker."""
 
-    status: Literal["completed", "pruned", "diverged", "failed", "preempted"]
+    status: Literal["completed", "pruned", "diverged", "failed", "preempted", "machine_fault"]
+    """machine_fault: this machine cannot train (its device failed, the task no longer imports);
+    the worker hands the trial back untouched (one failed attempt) and stops."""
     value: float | None = None
     """The trial's value: its last reported score."""
     user_attrs: dict[str, Any] = field(default_factory=dict)
@@ -65,7 +67,8 @@ class TrialEnd:
 
 
 def trial_end(outcome: TrialOutcome, reported: dict[int, float]) -> TrialEnd:
-    """The record of a trial that ended (any status but "preempted", which is handed back).
+    """The record of a trial that ended (any status but "preempted" and "machine_fault", which
+    are handed back).
 
     completed -> COMPLETE with its value; pruned -> PRUNED with its value, else its last
     reported one (as Optuna's ``tell`` does); anything else -> FAIL with the reason. A NaN

@@ -40,7 +40,7 @@ from search.artifacts import ArtifactStore, TrialCheckpoints
 from search.db import claims, fenced_writes, liveness, trial_rows
 from search.db.leases import Claim, LeaseLost
 from search.db.tables import stored_float
-from search.errors import first_line
+from search.errors import RuntimeFailure, first_line
 from search.pruners import rung_steps
 from search.pruning_view import Pruner
 from search.report_writer import ReportWriter
@@ -294,6 +294,8 @@ class Worker:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
         if self._lost:
             return
+        if outcome.status == "machine_fault":
+            self._stop_for_machine_fault(claim, run, outcome, leftover)
         if outcome.status == "preempted":
             self._retry(
                 lambda: fenced_writes.hand_back(
@@ -324,6 +326,38 @@ class Worker:
         logger.info(
             "trial %d %s%s in %.1f s%s", claim.number, end.state.lower(), shown, seconds, why
         )
+
+    def _stop_for_machine_fault(
+        self, claim: Claim, run: TrialRun, outcome: TrialOutcome, leftover: dict[int, float]
+    ) -> None:
+        """Hand the trial back untouched (one failed attempt, not a FAIL) and stop this worker:
+        the fault is this machine's, and it would fail every trial the same way."""
+        reason = outcome.reason or "the machine cannot train"
+        attempt = {
+            "worker_id": self.worker_id,
+            "generation": claim.generation,
+            "hostname": self.hostname,
+            "epoch": max(run.reported, default=0),
+            "how": reason,
+        }
+        failed = self._retry(
+            lambda: fenced_writes.hand_back(
+                self.storage,
+                claim,
+                {"hpsearch:handed_back_by": self.worker_id},
+                leftover,
+                failed_attempt=attempt,
+                max_attempts=self.config.study.max_attempts,
+            ),
+            "hand the trial back",
+            attempts=5,
+        )
+        then = (
+            f"it ends FAIL, its worker having died {self.config.study.max_attempts} times"
+            if failed
+            else "handed back for another worker"
+        )
+        raise RuntimeFailure(f"this worker stops: {reason} (trial {claim.number} {then})")
 
     # -- reporting and pruning --------------------------------------------------------------
 
@@ -389,7 +423,7 @@ class Worker:
             self._top_up()
         except Exception as exc:  # the loop samples synchronously when it finds nothing queued
             if not is_transient(exc):
-                logger.exception("sampling ahead failed")
+                logger.warning("sampling ahead failed: %s", first_line(exc))
 
     def _top_up(self) -> bool:
         return self.sampler.top_up(stop=self._stop)
@@ -407,7 +441,19 @@ class Worker:
         missing = [p for p in self.config.space if p.name not in params]
         if missing:
             # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
-            params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
+            try:
+                params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._retry(
+                    lambda: fenced_writes.hand_back(self.storage, claim), "hand back", attempts=5
+                )
+                raise RuntimeFailure(
+                    f"sampling the missing params of trial {claim.number} with the "
+                    f"{self.config.study.sampler} sampler failed: {type(exc).__name__}: "
+                    f"{first_line(exc)} (the trial is queued again)"
+                ) from exc
         reported = {int(step): stored_float(v, kind) for step, v, kind in data.steps}
         return params, reported, data.previous_worker
 
@@ -426,7 +472,7 @@ class Worker:
             self.artifacts,
             self.storage,
             claim,
-            self.study.name,
+            self.study,
             before_publish=flush_reports,
         )
 
@@ -440,12 +486,22 @@ class Worker:
                 self._db_back()
                 if claim is not None and not holds:
                     self._trial_lost(claim)
-                for number, dead in liveness.reap(self.storage, self.study.study_id):
+                max_attempts = self.config.study.max_attempts
+                for reaped in liveness.reap(self.storage, self.study.study_id, max_attempts):
+                    if reaped.failed:
+                        logger.warning(
+                            "worker %s went silent for longer than its grace period: trial %d "
+                            "has now taken down %d workers and ends FAIL (max_attempts)",
+                            reaped.worker_id,
+                            reaped.number,
+                            max_attempts,
+                        )
+                        continue
                     logger.warning(
                         "worker %s went silent for longer than its grace period: trial %d is "
                         "queued again and will resume from its last checkpoint",
-                        dead,
-                        number,
+                        reaped.worker_id,
+                        reaped.number,
                     )
             except Exception as exc:
                 if not is_transient(exc):

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
 from search.db.claims import utcnow_naive
+from search.db.crash_budget import record_failed_attempt
 from search.db.leases import Claim, LeaseLost, fence, lease_matches, lease_params, release
 from search.db.statements import insert_for, upsert_attributes, write_intermediate_values
 from search.db.tables import (
@@ -125,17 +126,27 @@ def hand_back(
     claim: Claim,
     system_attrs: dict[str, Any] | None = None,
     intermediate: dict[int, float] | None = None,
-) -> None:
-    """Return a trial to the queue (preempted or interrupted): another worker resumes it.
+    *,
+    failed_attempt: dict[str, Any] | None = None,
+    max_attempts: int = 0,
+) -> bool:
+    """Return a trial to the queue: another worker resumes it. Returns True if, instead, the
+    trial ended FAIL: `failed_attempt` (a machine fault) was its last (`search.db.crash_budget`).
 
-    The lease keeps naming this worker until the next claim (a retry after a lost commit
-    passes the fence); `last_worker_id` tells the next worker whose work it continues.
+    Preempted (SIGTERM) or interrupted trials come back without a `failed_attempt`. The lease
+    keeps naming this worker until the next claim (a retry after a lost commit passes the
+    fence); `last_worker_id` tells the next worker whose work it continues.
     """
     with storage.transaction() as conn:
         fence(conn, claim)
         write_intermediate_values(conn, claim.trial_id, intermediate or {})
         upsert_attributes(conn, trial_system_attributes, claim.trial_id, system_attrs or {})
+        if failed_attempt is not None:
+            return record_failed_attempt(
+                conn, claim.trial_id, failed_attempt, max_attempts, keep_holder=True
+            )
         release(conn, claim.trial_id, keep_holder=True)
+        return False
 
 
 def _value_arrays(values: dict[int, float]) -> dict[str, list[Any]]:

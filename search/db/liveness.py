@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from search.db.crash_budget import record_failed_attempt
 from search.db.leases import Claim, holds, release
 from search.db.statements import db_now
 from search.db.tables import trial_leases, trials, workers
 from search.storage import Storage
 
 __all__ = [
+    "Reaped",
     "WorkerInfo",
     "heartbeat",
     "live_workers",
@@ -79,16 +81,39 @@ def unregister(storage: Storage, worker_id: str, reason: str) -> None:
         )
 
 
-def reap(storage: Storage, study_id: int) -> list[tuple[int, str]]:
+@dataclass(frozen=True)
+class Reaped:
+    """A trial whose worker went silent, handed back (or failed: its crash budget is spent)."""
+
+    number: int
+    worker_id: str
+    failed: bool
+
+
+def reap(storage: Storage, study_id: int, max_attempts: int) -> list[Reaped]:
     """Queue again the trials of the study's workers silent for longer than their grace period.
 
-    Returns (trial number, dead worker id) of each trial handed back.
+    Each is a failed attempt (`search.db.crash_budget`): the trial's last one ends it FAIL. A
+    trial that was being sampled (never claimed: generation 0) is only queued again.
     """
+    reaped = []
     with storage.transaction() as conn:
-        rows = conn.execute(_silent_holders_statement(conn.dialect.name), {"study": study_id}).all()
-        for trial_id, _number, _worker in rows:
-            release(conn, trial_id)
-    return [(number, worker) for _, number, worker in rows]
+        rows = conn.execute(_silent_holders_statement(conn.dialect.name), {"study": study_id})
+        for row in rows.all():
+            failed = False
+            if row.generation == 0:
+                release(conn, row.trial_id)
+            else:
+                attempt = {
+                    "worker_id": row.worker_id,
+                    "generation": row.generation,
+                    "hostname": row.hostname,
+                    "epoch": row.epoch,
+                    "how": f"silent for more than its {row.grace_s:g} s grace period",
+                }
+                failed = record_failed_attempt(conn, row.trial_id, attempt, max_attempts)
+            reaped.append(Reaped(row.number, row.worker_id, failed))
+    return reaped
 
 
 def live_workers(storage: Storage, study_id: int) -> int:
@@ -124,7 +149,15 @@ def _silent_holders_statement(dialect: str) -> sa.Select:
         # start, so live workers get a whole grace period to reconnect.
         since = sa.func.greatest(since, sa.extract("epoch", sa.func.pg_postmaster_start_time()))
     statement = (
-        sa.select(trials.c.trial_id, trials.c.number, trial_leases.c.worker_id)
+        sa.select(
+            trials.c.trial_id,
+            trials.c.number,
+            trial_leases.c.worker_id,
+            trial_leases.c.generation,
+            trial_leases.c.epoch,
+            workers.c.hostname,
+            workers.c.grace_s,
+        )
         .join(trial_leases, trial_leases.c.trial_id == trials.c.trial_id)
         .join(workers, workers.c.worker_id == trial_leases.c.worker_id)
         .where(

@@ -29,6 +29,7 @@ __all__ = [
     "OUR_SCHEMA",
     "artifacts",
     "metadata",
+    "sampling_locks",
     "stored_float",
     "studies",
     "study_system_attributes",
@@ -172,6 +173,15 @@ trial_leases = sa.Table(
     sa.Column("claimed_at", _FLOAT),
     sa.Column("epoch", sa.Integer, nullable=False, doc="the last epoch the holder reported"),
     sa.Column("last_worker_id", sa.String(64), doc="who held it before it was queued again"),
+    schema=OUR_SCHEMA,
+)
+
+sampling_locks = sa.Table(
+    "sampling_locks",
+    metadata,
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    sa.Column("holder", sa.String(64), doc="the worker sampling now; NULL: nobody"),
+    sa.Column("taken_at", _FLOAT),
     schema=OUR_SCHEMA,
 )
 

@@ -1,15 +1,14 @@
 """Creating a study's trial rows, for the samplers, one process at a time.
 
-Trials are created by whichever process holds the study's sampling lock (`sampling_lock`: a
-PostgreSQL advisory lock tied to the connection, so a dead sampler frees it at once; a lock file
-beside a SQLite database). The lock holder counts the study's trials before creating one, so a
-study never has more than `n_trials` trials however many workers run (numbers are counted, as
-Optuna does).
+Trials are created by whichever worker holds the study's sampling lock (`sampling_lock`: a row
+naming its holder, free again once the holder stops or is no longer alive). The lock holder
+counts the study's trials before creating one, so a study never has more than `n_trials`
+trials however many workers run (numbers are counted, as Optuna does).
 
 Two ways in:
 
 - `create_sampled_trials`: trials whose params need no history (random search), written whole
-  (lock, count, trials and params) in one transaction on one connection;
+  (a transaction-scoped lock, count, trials and params) in one transaction;
 - `create_trial` then `enqueue_sampled`: a RUNNING row under the sampler's lease while Optuna's
   sampler fills its params (a real ``optuna.Trial``), then WAITING for any worker. Should the
   sampler die meanwhile, the reaper queues the half-sampled row, and the worker that claims it
@@ -22,7 +21,6 @@ plain ``study.enqueue_trial``) are run by hpsearch workers, but count towards `n
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,8 +30,17 @@ from sqlalchemy.engine import Connection
 
 from search.db.claims import utcnow_naive
 from search.db.liveness import live_workers_clause
-from search.db.statements import LOCK_CLASS, db_now
-from search.db.tables import FINISHED_STATES, trial_leases, trial_params, trials, workers
+from search.db.statements import LOCK_CLASS, db_now, insert_for
+from search.db.tables import (
+    FINISHED_STATES,
+    sampling_locks,
+    trial_leases,
+    trial_params,
+    trial_system_attributes,
+    trial_user_attributes,
+    trials,
+    workers,
+)
 from search.storage import Storage
 
 __all__ = [
@@ -42,6 +49,7 @@ __all__ = [
     "create_sampled_trials",
     "create_trial",
     "enqueue_sampled",
+    "remove_unsampled",
     "sampling_lock",
 ]
 
@@ -75,30 +83,28 @@ def count_trials(storage: Storage, study_id: int) -> Counts:
 
 
 @contextlib.contextmanager
-def sampling_lock(storage: Storage, study_id: int) -> Iterator[bool]:
-    """Try to become the study's one sampler; yields whether this process got the lock."""
-    if storage.is_postgres:
-        with storage.autocommit() as conn:
-            got = conn.execute(
-                sa.select(sa.func.pg_try_advisory_lock(LOCK_CLASS, study_id))
-            ).scalar_one()
-            try:
-                yield bool(got)
-            finally:
-                if got:
-                    conn.execute(sa.select(sa.func.pg_advisory_unlock(LOCK_CLASS, study_id)))
-        return
-    path = f"{storage.sqlite_path()}.sampler-{study_id}.lock"
-    with open(path, "a+b") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def sampling_lock(storage: Storage, study_id: int, worker_id: str) -> Iterator[bool]:
+    """Try to become the study's one sampler; yields whether this worker got the lock.
+
+    The lock is a row (`sampling_locks`) naming its holder, taken with one statement, and
+    free when the holder releases it or stops being alive (`search.db.liveness`): a lock of
+    the database's own (a PostgreSQL session advisory lock) would not hold through PgBouncer
+    in transaction pooling, where consecutive statements may run on different server
+    connections. `worker_id` must be registered (`liveness.register`).
+    """
+    got = _take_lock(storage, study_id, worker_id)
+    try:
+        yield got
+    finally:
+        if got:
+            with storage.autocommit() as conn:
+                conn.execute(
+                    sa.update(sampling_locks)
+                    .where(
+                        sampling_locks.c.study_id == study_id, sampling_locks.c.holder == worker_id
+                    )
+                    .values(holder=None)
+                )
 
 
 def create_sampled_trials(
@@ -190,9 +196,61 @@ def enqueue_sampled(storage: Storage, trial_id: int) -> None:
         )
 
 
+def remove_unsampled(storage: Storage, trial_id: int) -> None:
+    """Delete a trial row whose sampling failed (created by `create_trial`, never enqueued):
+    a trial exists only with its params. Call while holding the sampling lock, so that it is
+    the study's last trial and the numbers stay contiguous."""
+    with storage.transaction() as conn:
+        for table in (trial_params, trial_system_attributes, trial_user_attributes):
+            conn.execute(sa.delete(table).where(table.c.trial_id == trial_id))
+        conn.execute(sa.delete(trial_leases).where(trial_leases.c.trial_id == trial_id))
+        conn.execute(
+            sa.delete(trials).where(trials.c.trial_id == trial_id, trials.c.state == "RUNNING")
+        )
+
+
 def _counts(conn: Connection, study_id: int) -> Counts:
     rows = conn.execute(_counts_statement(), {"study": study_id}).all()
     return Counts({str(state): n for state, n in rows})
+
+
+def _take_lock(storage: Storage, study_id: int, worker_id: str) -> bool:
+    """Take the study's sampling lock if nobody alive holds it."""
+    locks = sampling_locks
+    with storage.transaction() as conn:
+        dialect = conn.dialect.name
+        current = sa.select(locks.c.holder).where(locks.c.study_id == study_id)
+        if dialect == "postgresql":  # SQLite's BEGIN IMMEDIATE already serializes this
+            # The lock row alone: joined to its holder's row, a concurrent taker would see the
+            # new holder with the old (NULL) join partner after waiting, and take it too.
+            current = current.with_for_update()
+        row = conn.execute(current).first()
+        if row is None:  # the study's first sampler: whoever inserts the row first has it
+            insert = insert_for(dialect, locks).values(
+                study_id=study_id, holder=worker_id, taken_at=db_now(dialect)
+            )
+            taken = conn.execute(
+                insert.on_conflict_do_nothing(index_elements=[locks.c.study_id]).returning(
+                    locks.c.holder
+                )
+            ).first()
+            return taken is not None
+        holder = row.holder
+        if (
+            holder is not None
+            and conn.execute(
+                sa.select(sa.literal(1)).where(
+                    workers.c.worker_id == holder, live_workers_clause(dialect)
+                )
+            ).first()
+        ):
+            return False  # held by a live worker (this one too: its other thread)
+        conn.execute(
+            sa.update(locks)
+            .where(locks.c.study_id == study_id)
+            .values(holder=worker_id, taken_at=db_now(dialect))
+        )
+        return True
 
 
 @functools.cache

@@ -77,7 +77,7 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     trial_rows.enqueue_sampled(storage, trial_id)
     claim = claims.claim_next_trial(storage, ref.study_id, old)
     assert claim is not None
-    mine = TrialCheckpoints(store, storage, claim, study_name)
+    mine = TrialCheckpoints(store, storage, claim, ref)
     mine.write(io.BytesIO(b"epoch 1"))
     mine.write(io.BytesIO(b"epoch 2"))
     with mine.open() as fh:
@@ -95,10 +95,10 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     # Declared dead and taken over: the old worker can no longer move the pointer.
     time.sleep(0.2)
     liveness.heartbeat(storage, new, None)
-    liveness.reap(storage, ref.study_id)
+    liveness.reap(storage, ref.study_id, 3)
     taken = claims.claim_next_trial(storage, ref.study_id, new)
     assert taken is not None
-    theirs = TrialCheckpoints(store, storage, taken, study_name)
+    theirs = TrialCheckpoints(store, storage, taken, ref)
     with theirs.open() as fh:
         assert fh.read() == b"epoch 2"  # the new owner resumes from the latest
     with pytest.raises(LeaseLost):

@@ -101,7 +101,7 @@ def test_a_taken_over_trial_is_given_up(storage_url: str, study_name: str) -> No
     time.sleep(0.2)  # w1 misses its heartbeats; w2 reaps its trial and takes it over
     taker = f"w2-{study_name}"
     register(storage, claim.study_id, taker, grace_s=60)
-    assert [n for n, _ in liveness.reap(storage, claim.study_id)] == [claim.number]
+    assert [r.number for r in liveness.reap(storage, claim.study_id, 3)] == [claim.number]
     assert claims.claim_next_trial(storage, claim.study_id, taker) is not None
     lost: list[Claim] = []
     writer = _writer(storage, lost)
