@@ -82,9 +82,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", help="bring Optuna's and hpsearch's tables up to date")
     migrate.add_argument("--storage", help=storage_help)
+
+    estimate = sub.add_parser(
+        "estimate",
+        help="training memory per configuration and whether it fits, before launch; "
+        "--measure: the efficiency study of one configuration",
+    )
+    estimate.add_argument("config", help="study config (TOML)")
+    estimate.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    estimate.add_argument("--device", help="cpu or cuda:N (default: cuda if available, else cpu)")
+    estimate.add_argument("--json", action="store_true", help="one JSON object")
+    estimate.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="random configurations besides the extremes of each parameter (default: 3)",
+    )
+    estimate.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one configuration: a parameter of [space] (repeatable; others take the middle)",
+    )
+    estimate.add_argument(
+        "--measure",
+        action="store_true",
+        help="train a few real steps of one configuration under fp32, bf16, accumulation and "
+        "checkpointing: peak memory and time per step against fp32",
+    )
+    estimate.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=10,
+        help="timed optimizer steps per --measure row (default: 10)",
+    )
     return parser
 
 
+_DEVICE_MEMORY_HELP = (
+    "memory of the device a trial trains on, e.g. 80GB (10^9 bytes) or 24GiB (2^30) "
+    "(default: $HPSEARCH_DEVICE_MEMORY, else a GPU's free memory; a CPU has no limit)"
+)
 _GRACE_HELP = (
     "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
     "elsewhere (default: $HPSEARCH_GRACE_S, else 60)"
@@ -176,6 +216,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from search.estimate import run_estimate
+
+    return run_estimate(args)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from search.migrate import upgrade
 
@@ -191,6 +237,7 @@ _COMMANDS = {
     "worker": cmd_worker,
     "status": cmd_status,
     "migrate": cmd_migrate,
+    "estimate": cmd_estimate,
 }
 
 
