@@ -7,6 +7,7 @@ unknown study); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", help=artifacts_help)
     run.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
+    run.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
@@ -74,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
     worker.add_argument("--grace-s", type=_positive_float, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
+    worker.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
 
     status = sub.add_parser("status", help="trials by state, the best trial, running trials")
     status.add_argument("--study", required=True, help="study name")
@@ -173,13 +176,13 @@ def cmd_create(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     _check_task(config)
+    options = _WorkerOptions.from_args(args)  # bad input is refused before anything is written
     url = resolve_url(args.storage)
     storage = open_storage(url, create=True)
     from search.study import create_study
 
     study, _ = create_study(storage, config)
     devices = _local_devices(args.workers)
-    options = _WorkerOptions.from_args(args)
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
@@ -189,12 +192,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    options = _WorkerOptions.from_args(args)
     url = resolve_url(args.storage)
     storage = open_storage(url)
     from search.study import open_study
 
     study = open_study(storage, args.study)
-    options = _WorkerOptions.from_args(args)
     if args.gpus == "all":
         devices = _local_devices(None, gpus_only=True)
         if len(devices) > 1:
@@ -251,6 +254,8 @@ class _WorkerOptions:
     artifacts: str | None
     grace_s: float
     keep_checkpoints: bool
+    device_memory: int | None
+    """Bytes a trial may use on the worker's device (the pre-training memory check)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
@@ -258,6 +263,7 @@ class _WorkerOptions:
             artifacts=args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None,
             grace_s=_grace(args.grace_s),
             keep_checkpoints=args.keep_checkpoints,
+            device_memory=_device_memory(args.device_memory),
         )
 
     def argv(self) -> list[str]:
@@ -266,6 +272,8 @@ class _WorkerOptions:
             out += ["--artifacts", self.artifacts]
         if self.keep_checkpoints:
             out.append("--keep-checkpoints")
+        if self.device_memory is not None:
+            out += ["--device-memory", str(self.device_memory)]
         return out
 
 
@@ -279,10 +287,16 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
     # The database answered once (open_storage); if it restarts now, wait for it.
     retry(lambda: check_schema(storage), "check the schema", attempts=12)
     study = retry(lambda: open_study(storage, study_name), "open the study", attempts=12)
+    run_trial = None
+    if options.device_memory is not None:
+        from search.training import run_training
+
+        run_trial = functools.partial(run_training, device_memory=options.device_memory)
     worker = Worker(
         storage,
         study,
         device=device,
+        run_trial=run_trial,
         grace_s=options.grace_s,
         artifacts=artifact_store_for(storage, options.artifacts),
         keep_checkpoints=options.keep_checkpoints,
@@ -429,6 +443,21 @@ def _grace(cli_value: float | None) -> float:
             return value
         raise ConfigError(f"HPSEARCH_GRACE_S: must be > 0, got {env}")
     return DEFAULT_GRACE_S
+
+
+def _device_memory(cli_value: str | None) -> int | None:
+    """--device-memory, else $HPSEARCH_DEVICE_MEMORY, in bytes; None if neither is set."""
+    name, text = "--device-memory", cli_value
+    if text is None:
+        name, text = "HPSEARCH_DEVICE_MEMORY", os.environ.get("HPSEARCH_DEVICE_MEMORY") or None
+    if text is None:
+        return None
+    from trainer.memory import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _gpu_count() -> int:

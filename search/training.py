@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from typing import Any
 
 from search.provenance import code_version, environment
@@ -11,14 +12,26 @@ from search.worker import TrialOutcome, TrialRun
 
 __all__ = ["run_training"]
 
+logger = logging.getLogger("search.worker")
 
-def run_training(run: TrialRun) -> TrialOutcome:
-    """Train one trial; its user attributes record what made it (SPEC's provenance list)."""
+
+def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOutcome:
+    """Train one trial; its user attributes record what made it (SPEC's provenance list).
+
+    First the memory check (`trainer.memory.check_memory`): a configuration that cannot fit
+    the device even with gradient checkpointing and micro-batches of one ends failed, with the
+    reason, before any training. `device_memory` is the device's memory in bytes (the worker's
+    ``--device-memory``); without it a GPU's free memory counts and a CPU is not checked.
+    """
     from trainer import train
 
     config = dataclasses.replace(run.config.train, seed=run.seed)
+    factory = _task_factory(run.config.task.name)
+    memory_check, refused = _check_memory(factory, run, config, device_memory)
+    if refused is not None:
+        return refused
     result = train(
-        _task_factory(run.config.task.name),
+        factory,
         run.params,
         config,
         report=run.report,
@@ -38,6 +51,8 @@ def run_training(run: TrialRun) -> TrialOutcome:
         "peak_memory_bytes": result.peak_memory_bytes,
         "seed": run.seed,
     }
+    if memory_check is not None:
+        attrs["memory_check"] = memory_check
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
     if result.resumed_from is not None or run.previous_worker is not None:
@@ -49,6 +64,50 @@ def run_training(run: TrialRun) -> TrialOutcome:
         }
     value = result.metrics[-1] if result.metrics else None
     return TrialOutcome(status=result.status, value=value, user_attrs=attrs, reason=result.reason)
+
+
+def _check_memory(
+    factory: Any, run: TrialRun, config: Any, device_memory: int | None
+) -> tuple[dict[str, Any] | None, TrialOutcome | None]:
+    """(what the check found, for the trial's attributes; the outcome if the trial is refused)."""
+    from trainer.memory import MemoryCheckError, check_memory
+
+    try:
+        fit = check_memory(
+            factory, run.params, config, device=run.device, limit_bytes=device_memory
+        )
+    except MemoryCheckError as exc:
+        logger.warning("trial %d: memory check skipped: %s", run.number, exc)
+        return None, None
+    if fit is None:
+        return None, None
+    measured = fit.fitted or fit.tried[-1]
+    found = {
+        "verdict": fit.verdict,
+        "peak_bytes": measured.total_bytes,
+        "limit_bytes": fit.target.limit_bytes,
+        "grad_accum_steps": measured.plan.grad_accum_steps,
+        "grad_checkpointing": measured.plan.grad_checkpointing,
+    }
+    if fit.fits:
+        if fit.fitted is not fit.configured:
+            then = (
+                "the trainer adapts after its first out-of-memory error"
+                if fit.target.device_type == "cuda"
+                else "trained as configured: nothing enforces the limit on a CPU"
+            )
+            logger.info("trial %d: %s (%s)", run.number, fit.verdict, then)
+        return found, None
+    attrs = {
+        **environment(),
+        **code_version(),
+        "device_name": fit.target.device_name,
+        "precision": fit.target.precision,
+        "epochs_trained": 0,
+        "seed": run.seed,
+        "memory_check": found,
+    }
+    return found, TrialOutcome(status="failed", reason=fit.reason, user_attrs=attrs)
 
 
 @functools.cache

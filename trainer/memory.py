@@ -71,6 +71,7 @@ __all__ = [
     "StepTiming",
     "adaptation_plans",
     "can_checkpoint",
+    "check_memory",
     "fit_memory",
     "format_size",
     "parse_size",
@@ -432,6 +433,39 @@ def fit_memory(
         tried=tried,
         can_checkpoint=run.can_checkpoint,
         notes=run.notes,
+    )
+
+
+def check_memory(
+    task_factory: TaskFactory,
+    params: dict[str, Any],
+    config: TrainConfig,
+    *,
+    device: str | None,
+    limit_bytes: int | None = None,
+) -> MemoryFit | None:
+    """The check before a trial trains: does it fit `device`, as configured or with one of the
+    trainer's adaptations? `MemoryFit.fits` False: no adaptation helps, do not train it.
+
+    The limit is `limit_bytes` if given, else a GPU's free memory now. None where there is
+    nothing to check against: a CPU without a given limit (the machine's memory is shared with
+    everything else on it; a run that outgrows it is swapped or killed by the kernel).
+
+    A configuration that fits only with an adaptation is not changed here: on a GPU the
+    trainer adapts after its first out-of-memory error; on a CPU nothing enforces the limit.
+
+    Raises MemoryCheckError when the step cannot be measured; the trainer then reports the
+    task's own errors better than a dry run can. On a GPU the dry run uses fake tensors only
+    (a real CPU run of a GPU-sized step would take too long); on a CPU, real ones if needed.
+    """
+    try:
+        target = MemoryTarget.for_device(device, config.precision, limit_bytes)
+    except ValueError as exc:
+        raise MemoryCheckError(str(exc)) from None
+    if target.limit_bytes is None:
+        return None
+    return fit_memory(
+        task_factory, params, config, target, real_fallback=target.device_type == "cpu"
     )
 
 
