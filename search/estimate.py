@@ -160,6 +160,8 @@ def estimate_memory(
 def independent_of(space: tuple[Param, ...], fits: list[tuple[Configuration, Any]]) -> list[str]:
     """Parameters whose low and high ends measure exactly the center's bytes."""
     by_label = {row.label: fit for row, fit in fits}
+    if "center" not in by_label:  # one configuration (--set)
+        return []
     center = by_label["center"].configured.total_bytes
     names = []
     for p in space:
@@ -268,7 +270,7 @@ def format_estimate(
 
 
 def _fits_cell(fit: Any) -> str:
-    """"yes", or the trainer's first adaptation that fits ("16 x 4 + ckpt: 1.71 MiB"), or
+    """ "yes", or the trainer's first adaptation that fits ("16 x 4 + ckpt: 1.71 MiB"), or
     "NO" with what the last one needs."""
     from trainer.memory import format_size
 
@@ -480,9 +482,8 @@ def format_techniques(
     for row in rows:
         t = row.technique
         micro = f"{math.ceil(_batch(params) / t.grad_accum_steps)} x {t.grad_accum_steps}"
-        if row.timing is None:
-            why = row.skipped or f"failed: {row.error}"
-            table.append((t.label, micro, "-", "-", "-", "-", why))
+        if row.timing is None:  # why: in its reading below
+            table.append((t.label, micro, "-", "-", "-", "-", "-"))
             continue
         time_meaningless = any(c.startswith("time:") for c in row.caveats)
         table.append(
