@@ -247,6 +247,10 @@ class MemoryTarget:
     """The memory a step may use; None on a CPU without a given limit."""
     limit_source: str
     """Where the limit comes from, in words."""
+    free_bytes: int | None = None
+    """A GPU's free memory, which the trainer's data preload is judged against (`trainer.data.
+    preload`): the real GPU's, even when a smaller limit is given; the limit, for a GPU this
+    machine does not have."""
 
     @property
     def usable_bytes(self) -> int | None:
@@ -266,10 +270,10 @@ class MemoryTarget:
         where = resolve_device(device)
         precision, reason = choose_precision(requested_precision, where)
         name = device_name(where)
+        free, total = torch.cuda.mem_get_info(where) if where.type == "cuda" else (None, None)
         if limit_bytes is not None:
             source = f"{format_size(limit_bytes)} given"
-        elif where.type == "cuda":
-            free, total = torch.cuda.mem_get_info(where)
+        elif free is not None and total is not None:
             limit_bytes = free
             source = f"{format_size(free)} free of {format_size(total)} on {name} ({where})"
         else:
@@ -281,6 +285,7 @@ class MemoryTarget:
             precision_reason=reason,
             limit_bytes=limit_bytes,
             limit_source=source,
+            free_bytes=free,
         )
 
     @classmethod
@@ -303,6 +308,7 @@ class MemoryTarget:
             precision_reason=reason,
             limit_bytes=limit_bytes,
             limit_source=f"{format_size(limit_bytes)} given",
+            free_bytes=limit_bytes,
         )
 
 
@@ -802,9 +808,9 @@ def _data_bytes(task: Task, target: MemoryTarget) -> int:
     def preloaded(size: int | None) -> bool:
         if size is None:
             return False
-        if target.device_type != "cuda" or target.limit_bytes is None:
+        if target.device_type != "cuda" or target.free_bytes is None:
             return True
-        return 2 * size <= PRELOAD_FRACTION_OF_FREE_GPU_MEMORY * target.limit_bytes
+        return 2 * size <= PRELOAD_FRACTION_OF_FREE_GPU_MEMORY * target.free_bytes
 
     train, val = tensor_bytes(task.train_set), tensor_bytes(task.val_set)
     total = 0
