@@ -14,7 +14,9 @@ accumulation), side by side in one process:
 
 The figure is estimate / measured per configuration: above 1 the dry run was conservative,
 below 1 it missed bytes (`trainer.memory.HEADROOM`, 10%, is meant to cover those). Bytes are
-deterministic: one run per configuration is enough (time is not measured here).
+deterministic: one run per configuration is enough (time is not measured here). On a CPU a
+second table sets one step on its own against the allocator: what kernels allocate inside
+themselves (scratch, not tensors) shows there.
 
     python bench/memory_estimate.py                    # CPU: allocator and tensor counts
     python bench/memory_estimate.py --device cuda:0    # GPU: cuda max_memory_allocated
@@ -71,25 +73,7 @@ def allocator_peak(params: dict[str, Any], config: TrainConfig) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         train(make_task, params, config, device="cpu", stop=stop, progress=progress)
-
-    def walk(nodes: Any) -> Any:
-        for node in nodes:
-            yield node
-            yield from walk(node.children)
-
-    events = sorted(
-        (
-            e
-            for e in walk(prof.profiler.kineto_results.experimental_event_tree())
-            if str(e.tag).endswith("Allocation")
-        ),
-        key=lambda e: e.start_time_ns,
-    )
-    current = peak = 0
-    for event in events:
-        current += event.extra_fields.alloc_size
-        peak = max(peak, current)
-    return peak
+    return _allocation_peak(prof)
 
 
 def main() -> int:
@@ -131,7 +115,92 @@ def main() -> int:
     print(f"estimate/measured: min {min(ratios):.3f}, max {max(ratios):.3f}")
     if gpu:
         adaptation_under_a_cap(args.device)
+    else:
+        isolated_steps()
     return 0
+
+
+def isolated_steps() -> None:
+    """One forward, backward and AdamW step on its own (after a first one), above what was
+    allocated before it: torch's tensors (the dry run's accounting) against the CPU allocator,
+    which also sees kernels' internal scratch (what `HEADROOM` is for)."""
+    print("\none step, bytes above its start | tensors | CPU allocator | tensors/allocator")
+    print("--- | --- | --- | ---")
+    cases = [
+        ({"width": 64}, 64, False, False),
+        ({"width": 64}, 64, True, False),
+        ({"width": 16}, 128, False, False),
+        ({"width": 64}, 32, False, True),
+    ]
+    for params, batch, checkpointing, bf16 in cases:
+        tensors, allocator = _one_step(params, batch, checkpointing, bf16)
+        label = f"width={params['width']} batch={batch}" + (" ckpt" if checkpointing else "")
+        label += " bf16" if bf16 else ""
+        print(
+            f"{label} | {format_size(tensors)} | {format_size(allocator)} | "
+            f"{tensors / allocator:.3f}",
+            flush=True,
+        )
+
+
+def _one_step(
+    params: dict[str, Any], batch: int, checkpointing: bool, bf16: bool
+) -> tuple[int, int]:
+    """(tensor bytes, allocator bytes) at the peak of one step, above its start."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from trainer.memory import _StorageTracker
+
+    task = make_task(params)
+    model, (x, y) = task.model, task.train_set.tensors
+    model.grad_checkpointing = checkpointing
+    inputs, targets = x[:batch].clone(), y[:batch].clone()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            outputs = model(inputs)
+        loss = task.loss_fn(outputs.float(), targets)
+        del outputs
+        loss.backward()
+        del loss
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # the optimizer state exists from here on
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    tracker = _StorageTracker()
+    state = [t for s in optimizer.state.values() for t in s.values()]
+    for tensor in (*model.parameters(), inputs, targets, *state):
+        tracker.watch(tensor)
+    start = tracker.peak = tracker.current
+    with tracker:
+        step()
+    return tracker.peak - start, _allocation_peak(prof)
+
+
+def _allocation_peak(prof: Any) -> int:
+    """Peak of the CPU allocator's bytes above the profile's start, from its alloc/free events."""
+
+    def walk(nodes: Any) -> Any:
+        for node in nodes:
+            yield node
+            yield from walk(node.children)
+
+    events = sorted(
+        (
+            e
+            for e in walk(prof.profiler.kineto_results.experimental_event_tree())
+            if str(e.tag).endswith("Allocation")
+        ),
+        key=lambda e: e.start_time_ns,
+    )
+    current = peak = 0
+    for event in events:
+        current += event.extra_fields.alloc_size
+        peak = max(peak, current)
+    return peak
 
 
 def adaptation_under_a_cap(device: str) -> None:

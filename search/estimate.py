@@ -32,6 +32,7 @@ from search.space import CategoricalParam, IntParam, Param, Scalar
 
 __all__ = [
     "ACCUMULATION",
+    "NOISY_SPREAD",
     "Configuration",
     "Technique",
     "TechniqueRow",
@@ -47,6 +48,8 @@ __all__ = [
 
 ACCUMULATION = 4
 """Micro-batches per optimizer step in the accumulation rows of ``--measure``."""
+NOISY_SPREAD = 1.5
+"""Slowest over fastest step of a row above which ``--measure`` warns that times are noisy."""
 
 
 @dataclass(frozen=True)
@@ -391,7 +394,22 @@ def measure_techniques(
         target = MemoryTarget.for_device(str(where), technique.precision, None)
         row.estimate_bytes = fit_memory(factory, params, train, target).configured.total_bytes
         row.timing, row.error = _run_row(config_path, params, train, str(where), steps)
+        timing = row.timing
+        if timing is not None and (
+            timing["status"] not in ("preempted", "completed") or not timing["step_seconds"]
+        ):
+            row.error = f"training {timing['status']}: {timing['reason']}"
+            row.timing = None
     context: dict[str, Any] = {"device": str(where), "half": half, "notes": []}
+    spread = max(
+        (max(r.timing["step_seconds"]) / min(r.timing["step_seconds"]) for r in rows if r.timing),
+        default=1.0,
+    )  # every row with a timing has step times (see above)
+    if spread > NOISY_SPREAD:
+        context["notes"].append(
+            f"step times vary up to {spread:.1f}x within a row: other work on this machine; "
+            "compare times with care (more --steps, a quieter machine)"
+        )
     if where.type == "cpu":
         _cpu_caveats(rows, context)
     else:

@@ -604,7 +604,8 @@ class _DryRun:
         set_grad_checkpointing(model, plan.grad_checkpointing)
         model.train()
         model.zero_grad(set_to_none=True)
-        tracker = _StorageTracker(round_to=CUDA_BLOCK if target.device_type == "cuda" else 1)
+        gpu = target.device_type == "cuda"
+        tracker = _StorageTracker(round_to=CUDA_BLOCK if gpu else 1, device_type=device)
         parameters = list(model.parameters())
         weights = [tracker.watch(t) for t in (*parameters, *model.buffers())]
         autocast = _AUTOCAST_DTYPES[target.precision]
@@ -641,6 +642,15 @@ class _DryRun:
                     for t in per_param.values()
                     if isinstance(t, torch.Tensor)
                 ]
+                if gpu and device == "cpu":
+                    # Standing in for a GPU: there AdamW keeps its step counters on the CPU
+                    # (unless fused or capturable), as the fake CUDA run sees by itself.
+                    tracker.elsewhere.update(
+                        tracker.watch(step)
+                        for per_param in optimizer.state.values()
+                        if isinstance(step := per_param.get("step"), torch.Tensor)
+                        and step.dim() == 0
+                    )
                 optimizer.zero_grad(set_to_none=True)
             end = tracker.mark()
             del inputs, targets, optimizer
@@ -676,12 +686,16 @@ class _StorageTracker(TorchDispatchMode):
     """Every tensor storage torch creates while the mode is on, and when each is freed.
 
     An allocation is known by a serial number: its storage's address can be reused once it is
-    freed. Storages made before the mode (the weights) are registered with `watch`.
+    freed. Storages made before the mode (the weights) are registered with `watch`. With a
+    `device_type`, storages on other devices (AdamW's step counters stay on the CPU when it
+    trains on a GPU) are known but not counted (`elsewhere`).
     """
 
-    def __init__(self, round_to: int = 1) -> None:
+    def __init__(self, round_to: int = 1, device_type: str | None = None) -> None:
         super().__init__()
         self.round_to = round_to
+        self.device_type = device_type
+        self.elsewhere: set[int] = set()  # serials of storages on another device
         self.live: dict[int, tuple[int, int]] = {}  # storage address -> (serial, bytes)
         self.sizes: dict[int, int] = {}  # serial -> bytes
         self.events: list[tuple[int, int]] = []  # (serial, +bytes or -bytes), in order
@@ -701,8 +715,11 @@ class _StorageTracker(TorchDispatchMode):
         self.live[address] = (serial, size)
         self.sizes[serial] = size
         self.events.append((serial, size))
-        self.current += size
-        self.peak = max(self.peak, self.current)
+        if self.device_type is not None and tensor.device.type != self.device_type:
+            self.elsewhere.add(serial)
+        else:
+            self.current += size
+            self.peak = max(self.peak, self.current)
         # Storages keep their Python object alive as long as they live (torch preserves it),
         # so this weak reference dies with the storage itself.
         self._refs[serial] = weakref.ref(storage, lambda _ref: self._freed(address, serial))
@@ -713,13 +730,14 @@ class _StorageTracker(TorchDispatchMode):
         if self.live.get(address, (None,))[0] == serial:
             del self.live[address]
             self.events.append((serial, -self.sizes[serial]))
-            self.current -= self.sizes[serial]
+            if serial not in self.elsewhere:
+                self.current -= self.sizes[serial]
 
     def mark(self) -> int:
         return len(self.events)
 
     def total(self, serials: list[int]) -> int:
-        return sum(self.sizes[s] for s in set(serials))
+        return sum(self.sizes[s] for s in set(serials) - self.elsewhere)
 
     def replay(self, kinds: dict[int, str], *, start: int, step_start: int, end: int) -> _Replay:
         """Peaks within events [start, end): of everything, and of what is not weights,
@@ -728,6 +746,8 @@ class _StorageTracker(TorchDispatchMode):
         out = _Replay()
         total = other = 0
         for index, (serial, delta) in enumerate(self.events[:end]):
+            if serial in self.elsewhere:
+                continue
             total += delta
             if serial not in kinds:
                 other += delta

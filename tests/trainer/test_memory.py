@@ -80,7 +80,8 @@ def test_a_gpu_target_rounds_every_tensor_to_the_caching_allocators_512_bytes() 
     m = measure(linear_task, MemoryTarget.for_gpu(parse_size("80GB"), "fp32"))
     weight, bias = 400_384, 512  # 400,000 and 400 bytes, rounded up to 512
     assert m.weights_bytes == m.gradients_bytes == weight + bias
-    assert m.optimizer_bytes == 2 * (weight + bias) + 2 * 512
+    # Two moments each; AdamW keeps its step counters on the CPU when it trains on a GPU.
+    assert m.optimizer_bytes == 2 * (weight + bias)
 
 
 def test_activations_grow_linearly_with_the_micro_batch() -> None:
