@@ -25,10 +25,13 @@ import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from search.config import ConfigError, StudyConfig, load_config
 from search.space import CategoricalParam, IntParam, Param, Scalar
+
+if TYPE_CHECKING:  # trainer.memory imports torch: loaded when a command runs, not on import
+    from trainer.memory import MemoryFit, MemoryPlan, MemoryTarget
 
 __all__ = [
     "ACCUMULATION",
@@ -141,8 +144,8 @@ def parse_overrides(space: tuple[Param, ...], overrides: list[str]) -> dict[str,
 
 
 def estimate_memory(
-    config: StudyConfig, target: Any, rows: list[Configuration]
-) -> list[tuple[Configuration, Any]]:
+    config: StudyConfig, target: MemoryTarget, rows: list[Configuration]
+) -> list[tuple[Configuration, MemoryFit]]:
     """Each configuration's `trainer.memory.MemoryFit` on `target` (a `MemoryTarget`).
 
     Raises `trainer.memory.MemoryCheckError` when a configuration's step cannot be measured.
@@ -160,7 +163,9 @@ def estimate_memory(
     return out
 
 
-def independent_of(space: tuple[Param, ...], fits: list[tuple[Configuration, Any]]) -> list[str]:
+def independent_of(
+    space: tuple[Param, ...], fits: list[tuple[Configuration, MemoryFit]]
+) -> list[str]:
     """Parameters whose low and high ends measure exactly the center's bytes."""
     by_label = {row.label: fit for row, fit in fits}
     if "center" not in by_label:  # one configuration (--set)
@@ -175,7 +180,10 @@ def independent_of(space: tuple[Param, ...], fits: list[tuple[Configuration, Any
 
 
 def estimate_json(
-    config_path: str, config: StudyConfig, target: Any, fits: list[tuple[Configuration, Any]]
+    config_path: str,
+    config: StudyConfig,
+    target: MemoryTarget,
+    fits: list[tuple[Configuration, MemoryFit]],
 ) -> dict[str, Any]:
     """The object ``--json`` prints."""
     from trainer.memory import HEADROOM
@@ -214,7 +222,10 @@ def estimate_json(
 
 
 def format_estimate(
-    config_path: str, config: StudyConfig, target: Any, fits: list[tuple[Configuration, Any]]
+    config_path: str,
+    config: StudyConfig,
+    target: MemoryTarget,
+    fits: list[tuple[Configuration, MemoryFit]],
 ) -> str:
     """The human table: one row per configuration (parameters that change nothing folded)."""
     from trainer.memory import HEADROOM, format_size
@@ -272,7 +283,7 @@ def format_estimate(
     return "\n".join(lines)
 
 
-def _fits_cell(fit: Any) -> str:
+def _fits_cell(fit: MemoryFit) -> str:
     """ "yes", or the trainer's first adaptation that fits ("16 x 4 + ckpt: 1.71 MiB"), or
     "NO" with what the last one needs."""
     from trainer.memory import format_size
@@ -283,12 +294,13 @@ def _fits_cell(fit: Any) -> str:
         last = fit.tried[-1]
         return f"NO: {_short(last.plan)} needs {format_size(last.total_bytes)}"
     fitted = fit.fitted
+    assert fitted is not None  # it fits
     if fitted.plan == fit.configured.plan:
         return "yes"
     return f"{_short(fitted.plan)}: {format_size(fitted.total_bytes)}"
 
 
-def _short(plan: Any) -> str:
+def _short(plan: MemoryPlan) -> str:
     """micro-batch x accumulation, "+ ckpt" with gradient checkpointing."""
     text = f"{plan.micro_batch} x {plan.grad_accum_steps}"
     return text + (" + ckpt" if plan.grad_checkpointing else "")
@@ -599,7 +611,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _format_one(config_path: str, target: Any, row: Configuration, fit: Any) -> str:
+def _format_one(config_path: str, target: MemoryTarget, row: Configuration, fit: MemoryFit) -> str:
     """One configuration (``--set``): every plan tried, in the trainer's order."""
     from trainer.memory import format_size
 

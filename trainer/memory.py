@@ -581,21 +581,20 @@ class _DryRun:
 
                 # Tensors a model keeps outside its parameters and buffers become fake on use.
                 self.fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-                _fake_model(model, self.fake_mode)
-                if self.fake_device != "cpu":
-                    try:
-                        with self.fake_mode:
-                            model.to(self.fake_device)
-                    except Exception as exc:
-                        self.notes.append(
-                            f"fake {self.fake_device} tensors failed ({type(exc).__name__}: "
-                            f"{_first_line(exc, 120)}): fake CPU tensors stand in, with the "
-                            "CPU's autocast"
-                        )
-                        self.fake_device = "cpu"
-                        self.task = self._build()
-                        model = self.task.model
-                        _fake_model(model, self.fake_mode)
+                try:
+                    _fake_model(model, self.fake_mode, self.fake_device)
+                except Exception as exc:
+                    if self.fake_device == "cpu":
+                        raise
+                    self.notes.append(
+                        f"fake {self.fake_device} tensors failed ({type(exc).__name__}: "
+                        f"{_first_line(exc, 120)}): fake CPU tensors stand in, with the "
+                        "CPU's autocast"
+                    )
+                    self.fake_device = "cpu"
+                    self.task = self._build()
+                    model = self.task.model
+                    _fake_model(model, self.fake_mode, "cpu")
             device = self.fake_device
             batch = tree_map(
                 lambda t: self.fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t,
@@ -768,16 +767,33 @@ class _StorageTracker(TorchDispatchMode):
         return out
 
 
-def _fake_model(model: torch.nn.Module, fake_mode: Any) -> None:
-    """Swap the model's parameters and buffers for fake tensors, in place (tied weights stay
-    tied: the fake mode converts a tensor once)."""
+def _fake_model(model: torch.nn.Module, fake_mode: Any, device: str) -> None:
+    """Swap the model's parameters and buffers for fake tensors on `device`, in place.
+
+    Each is converted once (tied weights stay tied) into a new tensor: moving a fake module
+    with ``.to()`` would set ``.data`` across devices, which fake tensors do not follow.
+    """
+    converted: dict[int, torch.Tensor] = {}
+
+    def fake(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in converted:
+            result = fake_mode.from_tensor(tensor)  # a Parameter stays one
+            if device != "cpu":
+                with fake_mode:
+                    moved = result.detach().to(device)
+                result = (
+                    torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+                    if isinstance(tensor, torch.nn.Parameter)
+                    else moved
+                )
+            converted[id(tensor)] = result
+        return converted[id(tensor)]
+
     for module in model.modules():
-        for name, tensor in module._parameters.items():
-            if tensor is not None:
-                module._parameters[name] = fake_mode.from_tensor(tensor)
-        for name, tensor in module._buffers.items():
-            if tensor is not None:
-                module._buffers[name] = fake_mode.from_tensor(tensor)
+        for slots in (module._parameters, module._buffers):
+            for name, tensor in slots.items():
+                if tensor is not None:
+                    slots[name] = fake(tensor)
 
 
 def _optimizer(

@@ -238,3 +238,33 @@ def test_sizes_are_read_in_decimal_or_binary_units() -> None:
     assert format_size(192_296) == "188 KiB"
     assert format_size(3 * 2**29) == "1.50 GiB"
     assert format_size(10) == "10 B"
+
+
+def test_a_model_becomes_fake_parameters_on_another_device() -> None:
+    """The GPU path's mechanism, on fake "meta" tensors (no GPU here): new fake Parameters on
+    the device, gradients there, AdamW's step counters left on the CPU (not counted)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainer.memory import _fake_model, _StorageTracker
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    model[1].weight = model[0].weight  # tied
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    _fake_model(model, fake_mode, "meta")
+    parameters = list(model.parameters())
+    assert len(parameters) == 3  # the tied weight once
+    assert all(
+        isinstance(p, nn.Parameter) and p.is_leaf and p.device.type == "meta" for p in parameters
+    )
+    tracker = _StorageTracker(device_type="meta")
+    for p in parameters:
+        tracker.watch(p)
+    with fake_mode, tracker:
+        model(torch.ones(2, 8, device="meta")).sum().backward()
+        optimizer = torch.optim.AdamW(parameters, foreach=True)
+        optimizer.step()
+    assert all(p.grad is not None and p.grad.device.type == "meta" for p in parameters)
+    steps = [tracker.watch(s["step"]) for s in optimizer.state.values()]
+    moments = [tracker.watch(s["exp_avg"]) for s in optimizer.state.values()]
+    assert tracker.total(steps) == 0 and set(steps) <= tracker.elsewhere
+    assert tracker.total(moments) == (64 + 8 + 8) * 4
