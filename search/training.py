@@ -13,6 +13,7 @@ from search.worker import TrialOutcome, TrialRun
 __all__ = ["run_training"]
 
 logger = logging.getLogger("search.worker")
+_UNCHECKED_DEVICES: set[str] = set()
 
 
 def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOutcome:
@@ -80,6 +81,13 @@ def _check_memory(
         logger.warning("trial %d: memory check skipped: %s", run.number, exc)
         return None, None
     if fit is None:
+        if run.device not in _UNCHECKED_DEVICES:  # said once per device and process
+            _UNCHECKED_DEVICES.add(run.device)
+            logger.info(
+                "memory check off on %s: a CPU has no fixed memory limit (give one with "
+                "--device-memory or $HPSEARCH_DEVICE_MEMORY)",
+                run.device,
+            )
         return None, None
     measured = fit.fitted or fit.tried[-1]
     found = {
