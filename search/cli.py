@@ -7,6 +7,7 @@ unknown study); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -24,12 +25,14 @@ from typing import Any, NoReturn
 from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
 from search.errors import RuntimeFailure
+from search.estimate import run_estimate
 from search.migrate import check_schema, upgrade
 from search.preflight import check_device, check_task
 from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
 from search.study import StudyRef, create_study, open_study
+from search.training import run_training
 from search.trial_by_hand import try_config
 from search.worker import DEFAULT_GRACE_S, Worker
 
@@ -72,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", help=artifacts_help)
     run.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
+    run.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
@@ -85,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
     worker.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
+    worker.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
 
     try_ = sub.add_parser(
         "try",
@@ -118,9 +123,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     migrate = sub.add_parser("migrate", help="bring Optuna's and hpsearch's tables up to date")
     migrate.add_argument("--storage", help=storage_help)
+
+    estimate = sub.add_parser(
+        "estimate",
+        help="training memory per configuration and whether it fits, before launch; "
+        "--measure: the efficiency study of one configuration",
+    )
+    estimate.add_argument("config", help="study config (TOML)")
+    estimate.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    estimate.add_argument("--device", help="cpu or cuda:N (default: cuda if available, else cpu)")
+    estimate.add_argument("--json", action="store_true", help="one JSON object")
+    estimate.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="random configurations besides the extremes of each parameter (default: 3)",
+    )
+    estimate.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one configuration: a parameter of [space] (repeatable; others take the middle)",
+    )
+    estimate.add_argument(
+        "--measure",
+        action="store_true",
+        help="train a few real steps of one configuration under fp32, bf16, accumulation and "
+        "checkpointing: peak memory and time per step against fp32",
+    )
+    estimate.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=10,
+        help="timed optimizer steps per --measure row (default: 10)",
+    )
     return parser
 
 
+_DEVICE_MEMORY_HELP = (
+    "memory of the device a trial trains on, e.g. 80GB (10^9 bytes) or 24GiB (2^30) "
+    "(default: $HPSEARCH_DEVICE_MEMORY, else a GPU's free memory; a CPU has no limit)"
+)
 _GRACE_HELP = (
     "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
     "elsewhere (default: $HPSEARCH_GRACE_S, else 60)"
@@ -189,10 +234,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    options = _WorkerOptions.from_args(args)  # bad input is refused before anything is touched
     url = resolve_url(args.storage)
     storage = open_storage(url)
     study = open_study(storage, args.study)
-    options = _WorkerOptions.from_args(args)
     devices = (
         _local_devices(None, gpus_only=True)
         if args.gpus == "all"
@@ -220,6 +265,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_estimate(args: argparse.Namespace) -> int:
+    return run_estimate(args)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     storage = open_storage(resolve_url(args.storage), create=True)
     revision = upgrade(storage)
@@ -234,6 +283,7 @@ _COMMANDS = {
     "try": cmd_try,
     "status": cmd_status,
     "migrate": cmd_migrate,
+    "estimate": cmd_estimate,
 }
 
 
@@ -256,6 +306,8 @@ class _WorkerOptions:
     artifacts: str | None
     grace_s: float
     keep_checkpoints: bool
+    device_memory: int | None
+    """Bytes a trial may use on the worker's device (the pre-training memory check)."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
@@ -264,6 +316,7 @@ class _WorkerOptions:
             artifacts=existing_directory(artifacts) if artifacts else None,
             grace_s=_grace(args.grace_s),
             keep_checkpoints=args.keep_checkpoints,
+            device_memory=_device_memory(args.device_memory),
         )
 
     def argv(self) -> list[str]:
@@ -272,6 +325,8 @@ class _WorkerOptions:
             out += ["--artifacts", self.artifacts]
         if self.keep_checkpoints:
             out.append("--keep-checkpoints")
+        if self.device_memory is not None:
+            out += ["--device-memory", str(self.device_memory)]
         return out
 
 
@@ -279,10 +334,14 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
     # The database answered once (open_storage); if it restarts now, wait for it.
     retry(lambda: check_schema(storage), "check the schema", attempts=12)
     study = retry(lambda: open_study(storage, study_name), "open the study", attempts=12)
+    run_trial = None
+    if options.device_memory is not None:
+        run_trial = functools.partial(run_training, device_memory=options.device_memory)
     worker = Worker(
         storage,
         study,
         device=device,
+        run_trial=run_trial,
         grace_s=options.grace_s,
         artifacts=artifact_store_for(storage, options.artifacts),
         keep_checkpoints=options.keep_checkpoints,
@@ -426,6 +485,21 @@ def _grace_seconds(text: str) -> float:
             f"must be between {low:g} and {high:g} seconds, got {text}"
         )
     return value
+
+
+def _device_memory(cli_value: str | None) -> int | None:
+    """--device-memory, else $HPSEARCH_DEVICE_MEMORY, in bytes; None if neither is set."""
+    name, text = "--device-memory", cli_value
+    if text is None:
+        name, text = "HPSEARCH_DEVICE_MEMORY", os.environ.get("HPSEARCH_DEVICE_MEMORY") or None
+    if text is None:
+        return None
+    from trainer.memory import parse_size  # trainer.memory imports torch: only when asked
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _gpu_count() -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from typing import Any
 
 import trainer
@@ -12,17 +13,29 @@ from search.trial_run import TrialOutcome, TrialRun
 
 __all__ = ["run_training"]
 
+logger = logging.getLogger("search.worker")
+_UNCHECKED_DEVICES: set[str] = set()
 
-def run_training(run: TrialRun) -> TrialOutcome:
+
+def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOutcome:
     """Train one trial; its user attributes record what made it (hostname, versions, code
     commit, data fingerprint, precision, epochs, wall time, peak memory, where it resumed
-    from)."""
+    from).
+
+    First the memory check (`trainer.memory.check_memory`): a configuration that cannot fit
+    the device even with gradient checkpointing and micro-batches of one ends failed, with the
+    reason, before any training. `device_memory` is the device's memory in bytes (the worker's
+    ``--device-memory``); without it a GPU's free memory counts and a CPU is not checked.
+    """
     config = dataclasses.replace(run.config.train, seed=run.seed)
     try:
         factory = _task_factory(run.config.task.name)
     except trainer.TaskImportError as exc:
         # It imported when this worker started (preflight): the machine changed, not the trial.
         return TrialOutcome(status="machine_fault", reason=f"the task no longer imports: {exc}")
+    memory_check, refused = _check_memory(factory, run, config, device_memory)
+    if refused is not None:
+        return refused
     # `trainer.train` loads torch on first use: the commands that never train do not pay for it.
     result = trainer.train(
         factory,
@@ -45,6 +58,8 @@ def run_training(run: TrialRun) -> TrialOutcome:
         "peak_memory_bytes": result.peak_memory_bytes,
         "seed": run.seed,
     }
+    if memory_check is not None:
+        attrs["memory_check"] = memory_check
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
     unreadable = getattr(run.checkpoints, "unreadable", None)
@@ -63,6 +78,58 @@ def run_training(run: TrialRun) -> TrialOutcome:
         # trial. The trial goes back (one failed attempt); the worker process ends.
         return TrialOutcome(status="machine_fault", value=value, reason=result.reason)
     return TrialOutcome(status=result.status, value=value, user_attrs=attrs, reason=result.reason)
+
+
+def _check_memory(
+    factory: Any, run: TrialRun, config: Any, device_memory: int | None
+) -> tuple[dict[str, Any] | None, TrialOutcome | None]:
+    """(what the check found, for the trial's attributes; the outcome if the trial is refused)."""
+    # trainer.memory imports torch: loaded with the first trial, not by every command.
+    from trainer.memory import MemoryCheckError, check_memory
+
+    try:
+        fit = check_memory(
+            factory, run.params, config, device=run.device, limit_bytes=device_memory
+        )
+    except MemoryCheckError as exc:
+        logger.warning("trial %d: memory check skipped: %s", run.number, exc)
+        return None, None
+    if fit is None:
+        if run.device not in _UNCHECKED_DEVICES:  # said once per device and process
+            _UNCHECKED_DEVICES.add(run.device)
+            logger.info(
+                "memory check off on %s: a CPU has no fixed memory limit (give one with "
+                "--device-memory or $HPSEARCH_DEVICE_MEMORY)",
+                run.device,
+            )
+        return None, None
+    measured = fit.fitted or fit.tried[-1]
+    found = {
+        "verdict": fit.verdict,
+        "peak_bytes": measured.total_bytes,
+        "limit_bytes": fit.target.limit_bytes,
+        "grad_accum_steps": measured.plan.grad_accum_steps,
+        "grad_checkpointing": measured.plan.grad_checkpointing,
+    }
+    if fit.fits:
+        if fit.fitted is not fit.configured:
+            then = (
+                "the trainer adapts after its first out-of-memory error"
+                if fit.target.device_type == "cuda"
+                else "trained as configured: nothing enforces the limit on a CPU"
+            )
+            logger.info("trial %d: %s (%s)", run.number, fit.verdict, then)
+        return found, None
+    attrs = {
+        **environment(),
+        **code_version(),
+        "device_name": fit.target.device_name,
+        "precision": fit.target.precision,
+        "epochs_trained": 0,
+        "seed": run.seed,
+        "memory_check": found,
+    }
+    return found, TrialOutcome(status="failed", reason=fit.reason, user_attrs=attrs)
 
 
 @functools.cache
