@@ -6,6 +6,7 @@ Set HPSEARCH_TEST_PG_ADMIN to an admin URL if the server is not the local one on
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -90,16 +91,16 @@ def study_name(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name[:40]}-{uuid.uuid4().hex[:6]}"
 
 
-@pytest.fixture(scope="session")
-def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
-    """A PostgreSQL server of this test session's own (initdb, a free port), and a function that
-    stops it for a few seconds and starts it again: tests that take the database away must not
-    disturb the shared server."""
+@contextlib.contextmanager
+def private_postgres() -> Iterator[tuple[str, Callable[..., None]]]:
+    """A PostgreSQL server of its own (initdb, a free port), migrated, and a function that stops
+    it for a few seconds and starts it again: what takes the database away must not disturb the
+    shared server. Needs PostgreSQL's server programs (initdb, pg_ctl)."""
     bins = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
     initdb = shutil.which("initdb") or (bins[-1] if bins else None)
     if initdb is None:
         pytest.fail(
-            "the database restart test needs PostgreSQL's server programs (initdb, "
+            "the database restart tests need PostgreSQL's server programs (initdb, "
             "pg_ctl): install the postgresql package",
             pytrace=False,
         )
@@ -145,4 +146,66 @@ def private_pg() -> Iterator[tuple[str, Callable[[], None]]]:
         yield migrated(url), restart
     finally:
         ctl("stop", "-m", "immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def private_pg() -> Iterator[tuple[str, Callable[..., None]]]:
+    """`private_postgres` for a test session."""
+    with private_postgres() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(pg_url: str) -> Iterator[str]:
+    """The session's database behind a real PgBouncer in transaction pooling (Debian's
+    `pgbouncer`, started here on a free loopback port, stopped after)."""
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    if not os.path.exists(binary):
+        pytest.fail("the pooling test needs PgBouncer: apt-get install -y pgbouncer", pytrace=False)
+    target = sa.engine.make_url(pg_url)
+    root = Path(tempfile.mkdtemp(prefix="hpsearch-test-pgbouncer-"))
+    root.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"{target.database} = host={target.host} port={target.port or 5432} "
+        f"dbname={target.database} user={target.username}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        "auth_type = any\npool_mode = transaction\n"
+        "max_client_conn = 400\ndefault_pool_size = 20\n"
+        f"logfile = {root / 'pgbouncer.log'}\npidfile = {root / 'pgbouncer.pid'}\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+    )
+    as_owner: list[str] = []
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        shutil.chown(root, "postgres")
+        as_owner = ["runuser", "-u", "postgres", "--"]
+    process = subprocess.Popen([*as_owner, binary, str(root / "pgbouncer.ini")])
+    url = target.set(port=port).render_as_string(hide_password=False)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    log = (
+                        (root / "pgbouncer.log").read_text()
+                        if (root / "pgbouncer.log").exists()
+                        else ""
+                    )
+                    pytest.fail(f"PgBouncer did not start: {log[-2000:]}", pytrace=False)
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
         shutil.rmtree(root, ignore_errors=True)

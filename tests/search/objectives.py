@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -35,7 +37,20 @@ def slow_curve(run: TrialRun) -> TrialOutcome:
     return curve(run, epoch_s=0.2)
 
 
-OBJECTIVES = {"curve": curve, "slow_curve": slow_curve}
+POISON_X = 0.123456789
+"""The x of a poisonous trial: it kills whichever worker process runs it, after one epoch (as
+a trial that gets its worker OOM-killed, segfaults or aborts CUDA would)."""
+
+
+def poisoned_curve(run: TrialRun) -> TrialOutcome:
+    if run.params["x"] == POISON_X:
+        run.report(1, 0.0)
+        time.sleep(1.0)  # the background writer stores epoch 1: the attempt died there
+        os.kill(os.getpid(), signal.SIGKILL)
+    return curve(run)
+
+
+OBJECTIVES = {"curve": curve, "slow_curve": slow_curve, "poisoned_curve": poisoned_curve}
 
 
 def worker_main(url: str, study: str, objective: str, grace_s: float) -> None:

@@ -138,7 +138,12 @@ def test_database_restart_under_three_workers(
     }
     assert not failed, (failed, logs[-4000:])
     # No trial was declared dead and run twice: each was claimed exactly once.
-    generations = query(url, "SELECT generation FROM hpsearch.trial_leases")
+    generations = query(
+        url,
+        "SELECT l.generation FROM hpsearch.trial_leases l JOIN studies s USING (study_id) "
+        "WHERE s.study_name = :n",
+        n=study_name,
+    )
     assert sorted(g for (g,) in generations) == [1] * 9
     assert not any("resumed_from" in t.user_attrs for t in study.trials)
 
