@@ -46,6 +46,7 @@ __all__ = [
     "StudySettings",
     "TaskSettings",
     "load_config",
+    "params_from_overrides",
     "parse_config",
 ]
 
@@ -234,6 +235,32 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
         )
     _check_batch_sizes(space, train)
     return config
+
+
+def params_from_overrides(space: tuple[Param, ...], overrides: list[str]) -> dict[str, Any]:
+    """The middle of each parameter's range, then the ``--set NAME=VALUE`` values (`hpsearch
+    try`, `hpsearch estimate`), checked against the space: ConfigError naming the value."""
+    params = {p.name: p.center() for p in space}
+    by_name = {p.name: p for p in space}
+    for text in overrides:
+        name, sep, raw = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--set {text!r}: expected NAME=VALUE, e.g. --set lr=0.003")
+        if name not in by_name:
+            known = ", ".join(by_name) or "(none)"
+            raise ConfigError(f"--set {name}: not a parameter of the config's [space] ({known})")
+        param = by_name[name]
+        try:
+            value = param.parse(raw.strip())
+        except ValueError:
+            raise ConfigError(
+                f"--set {name}={raw}: not a valid value for space.{name} {param.describe()}"
+            ) from None
+        if not param.contains(value):
+            raise ConfigError(f"--set {name}={raw}: outside space.{name} {param.describe()}")
+        params[name] = value
+    return params
 
 
 _KIND_NAMES = {

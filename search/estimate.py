@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from search.config import ConfigError, StudyConfig, load_config
+from search.config import ConfigError, StudyConfig, load_config, params_from_overrides
 from search.space import CategoricalParam, IntParam, Param, Scalar
 
 if TYPE_CHECKING:  # trainer.memory imports torch: loaded when a command runs, not on import
@@ -44,7 +44,6 @@ __all__ = [
     "format_estimate",
     "format_techniques",
     "measure_techniques",
-    "parse_overrides",
     "run_estimate",
     "techniques",
 ]
@@ -112,32 +111,6 @@ def _sample(p: Param, rng: random.Random) -> Scalar:
     if p.step is not None:
         return min(p.high, p.low + round((value - p.low) / p.step) * p.step)
     return min(p.high, max(p.low, value))
-
-
-def parse_overrides(space: tuple[Param, ...], overrides: list[str]) -> dict[str, Any]:
-    """The middle of each parameter's range, then the ``--set NAME=VALUE`` values, checked
-    against the space (ConfigError naming the value at fault)."""
-    params = {p.name: p.center() for p in space}
-    by_name = {p.name: p for p in space}
-    for text in overrides:
-        name, sep, raw = text.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ConfigError(f"--set {text!r}: expected NAME=VALUE, e.g. --set lr=0.003")
-        if name not in by_name:
-            known = ", ".join(by_name) or "(none)"
-            raise ConfigError(f"--set {name}: not a parameter of the config's [space] ({known})")
-        param = by_name[name]
-        try:
-            value = param.parse(raw.strip())
-        except ValueError:
-            raise ConfigError(
-                f"--set {name}={raw}: not a valid value for space.{name} {param.describe()}"
-            ) from None
-        if not param.contains(value):
-            raise ConfigError(f"--set {name}={raw}: outside space.{name} {param.describe()}")
-        params[name] = value
-    return params
 
 
 # -- the estimate -----------------------------------------------------------------------------
@@ -578,11 +551,11 @@ def run_estimate(args: argparse.Namespace) -> int:
             limit = parse_size(args.device_memory)
         except ValueError as exc:
             raise ConfigError(f"--device-memory: {exc}") from None
-    params = parse_overrides(config.space, args.overrides) if args.overrides else None
+    params = params_from_overrides(config.space, args.overrides) if args.overrides else None
     if args.measure:
         if limit is not None:
             raise ConfigError("--measure trains for real on --device: --device-memory is not used")
-        return _run_measure(args, config, params or parse_overrides(config.space, []))
+        return _run_measure(args, config, params or params_from_overrides(config.space, []))
     try:
         if args.device is None and limit is not None and not _cuda_available():
             target = MemoryTarget.for_gpu(limit, config.train.precision)

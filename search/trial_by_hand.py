@@ -20,11 +20,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from search.config import ConfigError, load_config
-from search.space import Param
+from search.config import ConfigError, load_config, params_from_overrides
 from trainer import DirectoryCheckpointStore, TaskImportError, resolve_task
 
-__all__ = ["params_from_overrides", "try_config"]
+__all__ = ["try_config"]
 
 
 def try_config(args: argparse.Namespace) -> int:
@@ -99,31 +98,6 @@ def try_config(args: argparse.Namespace) -> int:
     if result.traceback:
         print(result.traceback, file=sys.stderr, end="")
     return 1
-
-
-def params_from_overrides(space: tuple[Param, ...], overrides: list[str]) -> dict[str, Any]:
-    """The middle of each parameter's range, then the --set values, checked against the space."""
-    params = {p.name: p.center() for p in space}
-    by_name = {p.name: p for p in space}
-    for text in overrides:
-        name, sep, raw = text.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ConfigError(f"--set {text!r}: expected NAME=VALUE, e.g. --set lr=0.003")
-        if name not in by_name:
-            known = ", ".join(by_name) or "(none)"
-            raise ConfigError(f"--set {name}: not a parameter of the config's [space] ({known})")
-        param = by_name[name]
-        try:
-            value = param.parse(raw.strip())
-        except ValueError:
-            raise ConfigError(
-                f"--set {name}={raw}: not a valid value for space.{name} {param.describe()}"
-            ) from None
-        if not param.contains(value):
-            raise ConfigError(f"--set {name}={raw}: outside space.{name} {param.describe()}")
-        params[name] = value
-    return params
 
 
 class _Display:

@@ -17,13 +17,13 @@ from search.artifacts import (
     TrialCheckpoints,
     artifact_store_for,
 )
-from search.db import claims, liveness, trial_rows
+from search.db import claims, liveness
 from search.db.leases import LeaseLost
 from search.storage import open_storage
 from search.study import create_study
 from search.trial_run import TrialOutcome, TrialRun
 from search.worker import Worker
-from tests.search.test_dispatch import make_config, register
+from tests.search.test_dispatch import claim_a_new_trial, make_config, register
 
 
 def test_database_store_round_trips_in_chunks(pg_url: str) -> None:
@@ -73,10 +73,7 @@ def test_checkpoints_are_listed_for_the_dashboard_and_fenced(
     old, new = f"old-{study_name}", f"new-{study_name}"
     for worker in (old, new):
         register(storage, ref.study_id, worker, grace_s=0.05)
-    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, old)
-    trial_rows.enqueue_sampled(storage, trial_id)
-    claim = claims.claim_next_trial(storage, ref.study_id, old)
-    assert claim is not None
+    claim = claim_a_new_trial(storage, ref.study_id, old)
     mine = TrialCheckpoints(store, storage, claim, ref)
     mine.write(io.BytesIO(b"epoch 1"))
     mine.write(io.BytesIO(b"epoch 2"))

@@ -11,7 +11,7 @@ import pytest
 
 from search.config import ConfigError, parse_config
 from search.db import claims, fenced_writes, liveness, trial_rows
-from search.db.leases import LeaseLost
+from search.db.leases import Claim, LeaseLost
 from search.sample_ahead import queue_first_trials
 from search.storage import Storage, open_storage
 from search.study import create_study
@@ -48,6 +48,16 @@ def register(storage: Storage, study_id: int, worker_id: str, grace_s: float) ->
             grace_s=grace_s,
         ),
     )
+
+
+def claim_a_new_trial(storage: Storage, study_id: int, worker_id: str) -> Claim:
+    """A trial created, sampled (no params: none needed here) and claimed by `worker_id`, as a
+    registered worker's sampling and claiming leave it."""
+    trial_id, _ = trial_rows.create_trial(storage, study_id, worker_id)
+    trial_rows.enqueue_sampled(storage, trial_id)
+    claim = claims.claim_next_trial(storage, study_id, worker_id)
+    assert claim is not None and claim.trial_id == trial_id
+    return claim
 
 
 def test_workers_finish_exactly_n_trials(storage_url: str, study_name: str) -> None:
@@ -105,10 +115,8 @@ def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     old, new = f"old-{study_name}", f"new-{study_name}"
     for worker in (old, new):
         register(storage, ref.study_id, worker, grace_s=0.05)
-    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, old)
-    trial_rows.enqueue_sampled(storage, trial_id)
-    claim = claims.claim_next_trial(storage, ref.study_id, old)
-    assert claim is not None and claim.generation == 1
+    claim = claim_a_new_trial(storage, ref.study_id, old)
+    assert claim.generation == 1
     fenced_writes.report(storage, claim, {1: 0.5})
 
     time.sleep(0.2)  # "old" misses its heartbeats

@@ -11,23 +11,19 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db import claims, fenced_writes, liveness
 from search.db.leases import Claim, LeaseLost
 from search.report_writer import ReportWriter
 from search.storage import Storage, open_storage
 from search.study import create_study
-from tests.search.test_dispatch import make_config, register
+from tests.search.test_dispatch import claim_a_new_trial, make_config, register
 
 
 def _claimed(storage: Storage, study_name: str, worker: str, grace_s: float = 60) -> Claim:
     ref, _ = create_study(storage, make_config(study_name, n_trials=1))
     worker = f"{worker}-{study_name}"  # the tests share one database
     register(storage, ref.study_id, worker, grace_s=grace_s)
-    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, worker)
-    trial_rows.enqueue_sampled(storage, trial_id)
-    claim = claims.claim_next_trial(storage, ref.study_id, worker)
-    assert claim is not None
-    return claim
+    return claim_a_new_trial(storage, ref.study_id, worker)
 
 
 class _Writes:
