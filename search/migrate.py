@@ -8,7 +8,6 @@ one database with different ideas of its tables.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import optuna
@@ -25,7 +24,7 @@ from search.storage import Storage, StorageError, engine_kwargs
 __all__ = ["VERSION_TABLE", "check_schema", "head_revision", "schema_for", "upgrade"]
 
 VERSION_TABLE = "hpsearch_alembic_version"
-MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 
 def schema_for(conn: Connection) -> str | None:
@@ -89,10 +88,7 @@ def _alembic_config() -> Config:
 
 
 def _migrations_dir() -> Path:
-    if (MIGRATIONS_DIR / "env.py").exists():
-        return MIGRATIONS_DIR
-    # Installed from a wheel: the migrations ship as the package `hpsearch_migrations`.
-    spec = importlib.util.find_spec("hpsearch_migrations")
-    if spec is None or spec.origin is None:
+    # The revisions ship inside the package (search/migrations), so a wheel install has them.
+    if not (MIGRATIONS_DIR / "env.py").exists():
         raise StorageError("hpsearch's migrations are missing from this installation")
-    return Path(spec.origin).parent
+    return MIGRATIONS_DIR
