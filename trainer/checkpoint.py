@@ -7,11 +7,10 @@ study's database, so that a trial preempted on one machine resumes on another.
 
 What a checkpoint holds (written by ``trainer.loop``), split by concern as in torchtitan::
 
-    {"format": 1, "fingerprint": str,           # which run this is (params + config + data)
+    {"format": 2, "fingerprint": str,           # which run this is (params + config + data)
      "model": ..., "optimizer": ..., "scheduler": ..., "scaler": ... | None,
-     "train_state": {"epoch", "step", "optimizer_steps", "metrics", ...},
-     "data": {"order": permutation | None},     # the epoch's data order, for a mid-epoch resume
-     "rng": {"python", "numpy", "torch", "cuda"}}
+     "train_state": TrainState.state_dict()}    # loop, memory fitting, data order, RNG
+                                                # (trainer.train_state: one place for its layout)
 
 Everything in it is a tensor or a plain container of numbers and strings, so it loads with
 ``weights_only=True``: a checkpoint that needs arbitrary unpickling is refused, never executed.

@@ -79,7 +79,7 @@ def test_train_ignores_a_refused_or_corrupt_checkpoint(tmp_path: Path, caplog: A
         result = train(ToyTask(), {"batch_size": 32}, TrainConfig(epochs=1), checkpoints=store)
     assert result.status == "completed" and result.resumed_from is None
     assert "cannot load checkpoint" in caplog.text and "starting from scratch" in caplog.text
-    assert store.load()["train_state"]["epoch"] == 1  # replaced by a good one
+    assert store.load()["train_state"]["loop"]["epoch"] == 1  # replaced by a good one
 
 
 def test_a_store_is_three_byte_methods(tmp_path: Path) -> None:
