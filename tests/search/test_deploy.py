@@ -4,11 +4,9 @@ roles, real `hpsearch` processes."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
@@ -20,28 +18,11 @@ from search.db import liveness, trial_rows
 from search.fleet import list_workers
 from search.storage import open_storage
 from search.study import create_study
-from tests.conftest import _admin_engine, migrated
+from tests.conftest import fresh_database, migrated
 from tests.search.test_cli import hpsearch, write_config
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register
 
 FOREIGN_REVISION = "e1f0c4f3a2b1"  # what another tool's Alembic (MLflow's, say) leaves
-
-
-@contextlib.contextmanager
-def fresh_database(*roles: str) -> Iterator[str]:
-    """An empty database of its own (owner: the admin), dropped after, then `roles`."""
-    admin = _admin_engine()
-    name = f"hpsearch_test_{uuid.uuid4().hex[:10]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            for role in roles:
-                conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
-        admin.dispose()
 
 
 def as_role(url: str, role: str) -> str:
