@@ -73,7 +73,8 @@ class DatabaseArtifactStore:
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
 
-    def write(self, artifact_id: str, content_body: BinaryIO) -> None:
+    def write(self, artifact_id: str, content_body: BinaryIO, trial_id: int | None = None) -> None:
+        """Store an artifact; one of a trial (`trial_id`) is deleted with the trial."""
         with self.storage.transaction() as conn:
             conn.execute(sa.delete(artifacts).where(artifacts.c.artifact_id == artifact_id))
             chunk = 0
@@ -82,7 +83,9 @@ class DatabaseArtifactStore:
                 if not data and chunk > 0:
                     break
                 conn.execute(
-                    sa.insert(artifacts).values(artifact_id=artifact_id, chunk=chunk, data=data)
+                    sa.insert(artifacts).values(
+                        artifact_id=artifact_id, chunk=chunk, data=data, trial_id=trial_id
+                    )
                 )
                 chunk += 1
                 if len(data) < self.chunk_bytes:
@@ -196,7 +199,10 @@ class TrialCheckpoints(CheckpointStore):
     def write(self, data: BinaryIO) -> None:
         artifact_id = f"{self.prefix}{uuid.uuid4().hex[:12]}"
         started = time.monotonic()
-        self.store.write(artifact_id, data)
+        if isinstance(self.store, DatabaseArtifactStore):
+            self.store.write(artifact_id, data, trial_id=self.claim.trial_id)
+        else:
+            self.store.write(artifact_id, data)
         meta = ArtifactMeta(artifact_id, self.filename, "application/octet-stream", None)
         pointer = {
             "artifact_id": artifact_id,

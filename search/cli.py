@@ -26,8 +26,10 @@ from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
 from search.errors import RuntimeFailure
 from search.estimate import run_estimate
+from search.fleet import delete_study, format_workers, list_workers, workers_json
 from search.migrate import check_schema, upgrade
 from search.preflight import check_device, check_task
+from search.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
 from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
@@ -59,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     storage_help = "study database (default: $HPSEARCH_STORAGE, else sqlite:///hpsearch.db)"
+    schema_help = (
+        "PostgreSQL schema for Optuna's tables and hpsearch's, beside other tools' "
+        "(default: $HPSEARCH_SCHEMA, else the URL's ?options=-csearch_path=NAME, else public "
+        "and hpsearch)"
+    )
     artifacts_help = (
         "directory for checkpoints that every worker can reach, e.g. a shared volume "
         "(default: $HPSEARCH_ARTIFACTS, else the PostgreSQL database itself, or "
@@ -72,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=_positive_int, help="local workers (default: one per GPU, else 1)"
     )
     run.add_argument("--storage", help=storage_help)
+    run.add_argument("--schema", help=schema_help)
     run.add_argument("--artifacts", help=artifacts_help)
     run.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
@@ -80,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
     create.add_argument("--storage", help=storage_help)
+    create.add_argument("--schema", help=schema_help)
 
     worker = sub.add_parser("worker", help="join a study and pull trials until it is done")
     worker.add_argument("--study", required=True, help="study name")
     worker.add_argument("--storage", help=storage_help)
+    worker.add_argument("--schema", help=schema_help)
     worker.add_argument("--artifacts", help=artifacts_help)
     worker.add_argument("--device", help="cuda:N or cpu (default: cuda if available, else cpu)")
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
@@ -119,10 +129,46 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="trials by state, the best trial, running trials")
     status.add_argument("--study", required=True, help="study name")
     status.add_argument("--storage", help=storage_help)
+    status.add_argument("--schema", help=schema_help)
     status.add_argument("--json", action="store_true", help="one JSON object")
 
-    migrate = sub.add_parser("migrate", help="bring Optuna's and hpsearch's tables up to date")
+    migrate = sub.add_parser(
+        "migrate",
+        help="bring Optuna's and hpsearch's tables up to date (the one command that runs DDL)",
+    )
     migrate.add_argument("--storage", help=storage_help)
+    migrate.add_argument("--schema", help=schema_help)
+    migrate.add_argument(
+        "--create-roles",
+        action="store_true",
+        help="also create the worker role (reads and writes rows, no DDL) and the read-only "
+        "viewer role; LOGIN with the password in $HPSEARCH_WORKER_PASSWORD / "
+        "$HPSEARCH_VIEWER_PASSWORD (or *_FILE), else NOLOGIN",
+    )
+    migrate.add_argument("--worker-role", default=WORKER_ROLE, help=f"(default: {WORKER_ROLE})")
+    migrate.add_argument("--viewer-role", default=VIEWER_ROLE, help=f"(default: {VIEWER_ROLE})")
+
+    fleet = sub.add_parser(
+        "workers", help="every worker of every machine, alive or lost, and what it runs"
+    )
+    fleet.add_argument("--study", help="only this study's workers")
+    fleet.add_argument("--storage", help=storage_help)
+    fleet.add_argument("--schema", help=schema_help)
+    fleet.add_argument("--json", action="store_true", help="one JSON object")
+    fleet.add_argument("--all", action="store_true", help="stopped workers too")
+
+    delete = sub.add_parser(
+        "delete", help="delete a study: its trials, workers, leases and checkpoints"
+    )
+    delete.add_argument("--study", required=True, help="study name")
+    delete.add_argument("--storage", help=storage_help)
+    delete.add_argument("--schema", help=schema_help)
+    delete.add_argument(
+        "--artifacts",
+        help="the directory its workers kept checkpoints in, if any (default: "
+        "$HPSEARCH_ARTIFACTS, else the database, or DB.artifacts/ beside a SQLite file)",
+    )
+    delete.add_argument("--force", action="store_true", help="even while live workers are on it")
 
     estimate = sub.add_parser(
         "estimate",
@@ -186,6 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeFailure as exc:
         print(f"hpsearch: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    except Exception as exc:
+        refused = refused_write(exc)  # a role without the rights: the wrong role, bad input
+        if refused is None:
+            raise
+        print(f"hpsearch: error: {refused}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("hpsearch: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -208,7 +260,7 @@ def entry_point() -> None:
 def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
-    storage = open_storage(resolve_url(args.storage), create=True)
+    storage = open_storage(_storage_url(args), create=True)
     study, created = _create(storage, config)
     verb = "created" if created else "already exists, same config:"
     print(f"study {study.name!r} {verb} in {storage.safe_url}")
@@ -222,7 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     devices = _local_devices(args.workers)
     for device in sorted(set(devices)):
         check_device(device)
-    url = resolve_url(args.storage)
+    url = _storage_url(args)
     storage = open_storage(url, create=True)
     study, _ = _create(storage, config)
     if len(devices) == 1:
@@ -235,8 +287,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     options = _WorkerOptions.from_args(args)  # bad input is refused before anything is touched
-    url = resolve_url(args.storage)
+    url = _storage_url(args)
     storage = open_storage(url)
+    check_schema(storage)
     study = open_study(storage, args.study)
     devices = (
         _local_devices(None, gpus_only=True)
@@ -258,7 +311,8 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    storage = open_storage(resolve_url(args.storage))
+    storage = open_storage(_storage_url(args))
+    check_schema(storage)
     study = open_study(storage, args.study)
     status = study_status(storage, study)
     print(json.dumps(status) if args.json else format_status(status))
@@ -270,9 +324,36 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    storage = open_storage(resolve_url(args.storage), create=True)
+    storage = open_storage(_storage_url(args), create=True)
+    roles = RoleNames(args.worker_role, args.viewer_role)
+    roles.check()
     revision = upgrade(storage)
     print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
+    if storage.is_postgres:
+        # Tables a migration added are granted to the roles that exist; --create-roles makes them.
+        for line in grant_roles(storage, roles, create=args.create_roles):
+            print(line)
+    elif args.create_roles:
+        print("--create-roles: a SQLite file has no roles; nothing to do")
+    return EXIT_OK
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    storage = open_storage(_storage_url(args))
+    check_schema(storage)
+    study_id = open_study(storage, args.study).study_id if args.study else None
+    listed = list_workers(storage, study_id=study_id, include_stopped=args.all)
+    print(json.dumps(workers_json(listed)) if args.json else format_workers(listed))
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    storage = open_storage(_storage_url(args))
+    check_schema(storage)
+    study = open_study(storage, args.study)
+    artifacts = args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None
+    store = artifact_store_for(storage, existing_directory(artifacts) if artifacts else None)
+    print(delete_study(storage, study, store, force=args.force))
     return EXIT_OK
 
 
@@ -284,15 +365,26 @@ _COMMANDS = {
     "status": cmd_status,
     "migrate": cmd_migrate,
     "estimate": cmd_estimate,
+    "workers": cmd_workers,
+    "delete": cmd_delete,
 }
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def _storage_url(args: argparse.Namespace) -> str:
+    return resolve_url(args.storage, getattr(args, "schema", None))
+
+
 def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
-    """What `create` and `run` do: tables up to date, the study, its first trials queued."""
-    upgrade(storage)
+    """What `create` and `run` do: the study and its first trials queued, on tables that are up
+    to date. Only a SQLite file is migrated here (the one-command start); on PostgreSQL that is
+    `hpsearch migrate`'s alone, so that workers' roles need no DDL rights."""
+    if storage.is_postgres:
+        check_schema(storage)
+    else:
+        upgrade(storage)
     study, created = create_study(storage, config)
     if created:
         queue_first_trials(storage, study)

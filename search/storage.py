@@ -55,6 +55,8 @@ __all__ = [
     "open_storage",
     "resolve_url",
     "retry",
+    "schema_in_url",
+    "with_schema",
 ]
 
 T = TypeVar("T")
@@ -66,9 +68,64 @@ class StorageError(Exception):
     """A bad storage URL or an unreachable database (exit code 2); the message is one line."""
 
 
-def resolve_url(cli_value: str | None) -> str:
-    """`--storage`, else $HPSEARCH_STORAGE, else the embedded SQLite default."""
-    return normalize_url(cli_value or os.environ.get("HPSEARCH_STORAGE") or DEFAULT_STORAGE)
+def resolve_url(cli_value: str | None, schema: str | None = None) -> str:
+    """`--storage`, else $HPSEARCH_STORAGE, else the embedded SQLite default; in `schema`
+    (`--schema`), else $HPSEARCH_SCHEMA, if one is named (see `with_schema`)."""
+    url = normalize_url(cli_value or os.environ.get("HPSEARCH_STORAGE") or DEFAULT_STORAGE)
+    schema = schema or os.environ.get("HPSEARCH_SCHEMA") or None
+    return with_schema(url, schema) if schema else url
+
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SEARCH_PATH = re.compile(r"(?:-c\s*|--)search_path\s*=\s*([^\s]+)")
+
+
+def with_schema(url: str, schema: str) -> str:
+    """`url` with every table in PostgreSQL schema `schema`: Optuna's (through the connection's
+    ``search_path``, which Optuna's own engine reads from the URL too) and hpsearch's.
+
+    Example::
+
+        >>> with_schema("postgresql+psycopg://ml@db/hp", "tuning")
+        'postgresql+psycopg://ml@db/hp?options=-csearch_path%3Dtuning'
+    """
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise StorageError(
+            f"schema {schema!r}: a schema name is lower-case letters, digits and '_' "
+            "(at most 63, not starting with a digit)"
+        )
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise StorageError(
+            f"schema {schema!r}: schemas are PostgreSQL's; {mask_url(url)} is not PostgreSQL"
+        )
+    given = schema_in_url(url)
+    if given is not None:
+        if given != schema:
+            raise StorageError(
+                f"schema {schema!r} given, but the storage URL names search_path {given!r}"
+            )
+        return url
+    options = " ".join(filter(None, [parsed.query.get("options"), f"-csearch_path={schema}"]))
+    return parsed.update_query_dict({"options": options}).render_as_string(hide_password=False)
+
+
+def schema_in_url(url: str) -> str | None:
+    """The schema a PostgreSQL URL puts first on its search_path (``?options=-csearch_path=S``),
+    where hpsearch keeps every table; None when the URL names none."""
+    options = make_url(url).query.get("options")
+    if isinstance(options, tuple):
+        options = " ".join(options)
+    found = _SEARCH_PATH.search(options or "")
+    if found is None:
+        return None
+    first = found.group(1).split(",")[0].strip().strip('"')
+    if not _SCHEMA_NAME.fullmatch(first):
+        raise StorageError(
+            f"bad storage URL {mask_url(url)!r}: search_path {first!r} is not a schema hpsearch "
+            "can use (lower-case letters, digits and '_')"
+        )
+    return first
 
 
 def normalize_url(url: str) -> str:
@@ -162,6 +219,9 @@ class Storage:
     """Normalized URL (holds the password: never print it; use `safe_url`)."""
     engine: Engine
     """hpsearch's own pool, for the hot path."""
+    schema: str | None = None
+    """The PostgreSQL schema the URL names (`schema_in_url`), holding Optuna's tables and
+    hpsearch's; None: Optuna's in the default schema, hpsearch's in `OUR_SCHEMA`."""
     _optuna: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -275,13 +335,15 @@ def open_storage(url: str, *, create: bool = False, check: bool = True) -> Stora
             f"no study database at {sqlite_file} (create a study first: hpsearch create CONFIG)"
         )
     engine = sa.create_engine(url, **engine_kwargs(url))
+    schema = None
     if engine.dialect.name == "postgresql":
         _ping_after_idle(engine)
-        engine = engine.execution_options()
+        schema = schema_in_url(url)
+        engine = engine.execution_options(schema_translate_map={OUR_SCHEMA: schema or OUR_SCHEMA})
     else:
         engine = engine.execution_options(schema_translate_map={OUR_SCHEMA: None})
         _setup_sqlite(engine)
-    storage = Storage(url=url, engine=engine)
+    storage = Storage(url=url, engine=engine, schema=schema)
     if check:
         try:
             with engine.connect() as conn:

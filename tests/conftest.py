@@ -61,6 +61,24 @@ def migrated(url: str) -> str:
     return url
 
 
+@contextlib.contextmanager
+def fresh_database(*roles: str) -> Iterator[str]:
+    """URL of an empty database of its own (not migrated; owner: the admin), dropped after,
+    and then the cluster-wide `roles` a test created in it."""
+    admin = _admin_engine()
+    name = f"hpsearch_test_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for role in roles:
+                conn.execute(sa.text(f'DROP ROLE IF EXISTS "{role}"'))
+        admin.dispose()
+
+
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """URL of a fresh, migrated PostgreSQL database for this test session."""

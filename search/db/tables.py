@@ -191,6 +191,7 @@ artifacts = sa.Table(
     sa.Column("artifact_id", sa.String(128), primary_key=True),
     sa.Column("chunk", sa.Integer, primary_key=True),
     sa.Column("data", sa.LargeBinary, nullable=False),
+    sa.Column("trial_id", sa.Integer, doc="the trial a checkpoint is of (deleted with it)"),
     schema=OUR_SCHEMA,
 )
 
