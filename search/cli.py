@@ -18,12 +18,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
+from search.dashboard import host_name, port_number
+from search.dashboard import serve as serve_dashboard
 from search.errors import RuntimeFailure
 from search.estimate import run_estimate
 from search.migrate import check_schema, upgrade
@@ -32,6 +34,7 @@ from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
 from search.study import StudyRef, create_study, open_study
+from search.study_note import save_study_note
 from search.training import run_training
 from search.trial_by_hand import try_config
 from search.worker import DEFAULT_GRACE_S, Worker
@@ -39,6 +42,8 @@ from search.worker import DEFAULT_GRACE_S, Worker
 __all__ = ["entry_point", "main"]
 
 logger = logging.getLogger("hpsearch")
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -121,6 +126,37 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--storage", help=storage_help)
     status.add_argument("--json", action="store_true", help="one JSON object")
 
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="optuna-dashboard on the storage, with the trials' checkpoints and reports",
+        description="Serve optuna-dashboard on the study database, with the artifact store "
+        "the workers write (kept checkpoints and attached reports open from the page). It has "
+        "no authentication and can change and delete studies: it listens on 127.0.0.1 unless "
+        "--host says otherwise (and then warns); with a read-only database role it only shows. "
+        "Ctrl-C (or SIGTERM) stops it with exit code 0. Exit codes: 0 stopped, 2 bad input "
+        "(port, host, storage, unreachable database, missing --artifacts directory).",
+    )
+    dashboard.add_argument("--storage", help=storage_help)
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        type=_from_value_error(host_name),
+        help="address to listen on (default: 127.0.0.1, this machine only; any other warns "
+        "that the dashboard has no authentication)",
+    )
+    dashboard.add_argument(
+        "--port",
+        default=8080,
+        type=_from_value_error(port_number),
+        help="port to listen on (default: 8080; 0: any free port, printed)",
+    )
+    dashboard.add_argument(
+        "--artifacts",
+        help="the directory workers were given with --artifacts, where checkpoints and reports "
+        "are (default: $HPSEARCH_ARTIFACTS, else the PostgreSQL database itself, or "
+        "DB.artifacts/ beside a SQLite file)",
+    )
+
     migrate = sub.add_parser("migrate", help="bring Optuna's and hpsearch's tables up to date")
     migrate.add_argument("--storage", help=storage_help)
 
@@ -175,6 +211,7 @@ _GRACE_HELP = (
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # for the study's note
     except SystemExit as exc:  # --help, or a bad command line (already reported)
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     _setup_logging(args.verbose)
@@ -209,7 +246,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     storage = open_storage(resolve_url(args.storage), create=True)
-    study, created = _create(storage, config)
+    study, created = _create(storage, config, args.argv)
     verb = "created" if created else "already exists, same config:"
     print(f"study {study.name!r} {verb} in {storage.safe_url}")
     return EXIT_OK
@@ -224,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_device(device)
     url = resolve_url(args.storage)
     storage = open_storage(url, create=True)
-    study, _ = _create(storage, config)
+    study, _ = _create(storage, config, args.argv)
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
@@ -265,6 +302,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    artifacts = args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None
+    return serve_dashboard(resolve_url(args.storage), args.host, args.port, artifacts)
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     return run_estimate(args)
 
@@ -284,17 +326,22 @@ _COMMANDS = {
     "status": cmd_status,
     "migrate": cmd_migrate,
     "estimate": cmd_estimate,
+    "dashboard": cmd_dashboard,
 }
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
-    """What `create` and `run` do: tables up to date, the study, its first trials queued."""
+def _create(
+    storage: Storage, config: StudyConfig, argv: Sequence[str] | None = None
+) -> tuple[StudyRef, bool]:
+    """What `create` and `run` do: tables up to date, the study, its first trials queued, and
+    the study's note for the dashboard (its config and the command `argv`, passwords masked)."""
     upgrade(storage)
     study, created = create_study(storage, config)
     if created:
+        save_study_note(storage, study, sys.argv[1:] if argv is None else argv)
         queue_first_trials(storage, study)
     return study, created
 
@@ -519,6 +566,19 @@ def _local_devices(workers: int | None, *, gpus_only: bool = False) -> list[str]
         raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
     n = workers or max(1, gpus)
     return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
+
+
+def _from_value_error(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError with the message to show."""
+
+    @functools.wraps(parse)
+    def parse_argument(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse_argument
 
 
 def _positive_int(text: str) -> int:

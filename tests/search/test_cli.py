@@ -132,7 +132,7 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
     with engine.connect() as conn:
         left = conn.execute(
             sa.text("SELECT count(*) FROM hpsearch.artifacts WHERE artifact_id LIKE :p"),
-            {"p": f"ckpt-{study._study_id}-%"},
+            {"p": f"{study.system_attrs['hpsearch:uid']}-%"},
         ).scalar_one()
     assert left == 0
     engine.dispose()
