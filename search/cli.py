@@ -125,6 +125,18 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--study", required=True, help="study name")
     status.add_argument("--storage", help=storage_help)
     status.add_argument("--json", action="store_true", help="one JSON object")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="live: redrawn in place on a terminal (plain lines otherwise) until the study is "
+        "finished or Ctrl-C (exit 0 either way)",
+    )
+    status.add_argument(
+        "--interval",
+        type=_from_value_error(_refresh_seconds),
+        metavar="S",
+        help="seconds between refreshes with --watch (default: 2)",
+    )
 
     dashboard = sub.add_parser(
         "dashboard",
@@ -295,8 +307,16 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch and args.json:
+        raise ConfigError("--watch and --json: choose one")
+    if args.interval is not None and not args.watch:
+        raise ConfigError("--interval is for --watch")
     storage = open_storage(resolve_url(args.storage))
     study = open_study(storage, args.study)
+    if args.watch:
+        from search.status_watch import DEFAULT_INTERVAL_S, watch
+
+        return watch(storage, study, interval_s=args.interval or DEFAULT_INTERVAL_S)
     status = study_status(storage, study)
     print(json.dumps(status) if args.json else format_status(status))
     return EXIT_OK
@@ -579,6 +599,16 @@ def _from_value_error(parse: Callable[[str], T]) -> Callable[[str], T]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return parse_argument
+
+
+def _refresh_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 3600:  # also refuses nan and inf
+        raise ValueError(f"must be between 0.1 and 3600 seconds, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
