@@ -191,7 +191,9 @@ class TrialCheckpoints(CheckpointStore):
         self.store, self.storage, self.claim = store, storage, claim
         self.before_publish = before_publish
         # Unique across databases: two studies sharing a directory never touch each other's.
-        self.prefix = f"ckpt-{study.uid}-{claim.number}-"
+        # Hex digits and dashes only: optuna-dashboard serves no other artifact ids.
+        self.prefix = f"{study.uid}-{claim.number}-"
+        self._legacy_prefix = f"ckpt-{study.uid}-{claim.number}-"  # before the dashboard
         self.filename = f"{study.name}-trial-{claim.number}-checkpoint.pt"
         self.unreadable: str | None = None
         """Why the stored checkpoint could not be read, if the trial had to start over."""
@@ -248,3 +250,4 @@ class TrialCheckpoints(CheckpointStore):
         remove_prefix = getattr(self.store, "remove_prefix", None)
         if remove_prefix is not None:
             remove_prefix(self.prefix)
+            remove_prefix(self._legacy_prefix)

@@ -18,12 +18,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
+from search.dashboard import host_name, port_number
+from search.dashboard import serve as serve_dashboard
 from search.errors import RuntimeFailure
 from search.estimate import run_estimate
 from search.fleet import delete_study, format_workers, list_workers, workers_json
@@ -34,6 +36,7 @@ from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
 from search.study import StudyRef, create_study, open_study
+from search.study_note import save_study_note
 from search.training import run_training
 from search.trial_by_hand import try_config
 from search.worker import DEFAULT_GRACE_S, Worker
@@ -41,6 +44,8 @@ from search.worker import DEFAULT_GRACE_S, Worker
 __all__ = ["entry_point", "main"]
 
 logger = logging.getLogger("hpsearch")
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -131,6 +136,50 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--storage", help=storage_help)
     status.add_argument("--schema", help=schema_help)
     status.add_argument("--json", action="store_true", help="one JSON object")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="live: redrawn in place on a terminal (plain lines otherwise) until the study is "
+        "finished or Ctrl-C (exit 0 either way)",
+    )
+    status.add_argument(
+        "--interval",
+        type=_from_value_error(_refresh_seconds),
+        metavar="S",
+        help="seconds between refreshes with --watch (default: 2)",
+    )
+
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="optuna-dashboard on the storage, with the trials' checkpoints and reports",
+        description="Serve optuna-dashboard on the study database, with the artifact store "
+        "the workers write (kept checkpoints and attached reports open from the page). It has "
+        "no authentication and can change and delete studies: it listens on 127.0.0.1 unless "
+        "--host says otherwise (and then warns); with a read-only database role it only shows. "
+        "Ctrl-C (or SIGTERM) stops it with exit code 0. Exit codes: 0 stopped, 2 bad input "
+        "(port, host, storage, unreachable database, missing --artifacts directory).",
+    )
+    dashboard.add_argument("--storage", help=storage_help)
+    dashboard.add_argument("--schema", help=schema_help)
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        type=_from_value_error(host_name),
+        help="address to listen on (default: 127.0.0.1, this machine only; any other warns "
+        "that the dashboard has no authentication)",
+    )
+    dashboard.add_argument(
+        "--port",
+        default=8080,
+        type=_from_value_error(port_number),
+        help="port to listen on (default: 8080; 0: any free port, printed)",
+    )
+    dashboard.add_argument(
+        "--artifacts",
+        help="the directory workers were given with --artifacts, where checkpoints and reports "
+        "are (default: $HPSEARCH_ARTIFACTS, else the PostgreSQL database itself, or "
+        "DB.artifacts/ beside a SQLite file)",
+    )
 
     migrate = sub.add_parser(
         "migrate",
@@ -221,6 +270,7 @@ _GRACE_HELP = (
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # for the study's note
     except SystemExit as exc:  # --help, or a bad command line (already reported)
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     _setup_logging(args.verbose)
@@ -261,7 +311,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     storage = open_storage(_storage_url(args), create=True)
-    study, created = _create(storage, config)
+    study, created = _create(storage, config, args.argv)
     verb = "created" if created else "already exists, same config:"
     print(f"study {study.name!r} {verb} in {storage.safe_url}")
     return EXIT_OK
@@ -276,7 +326,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_device(device)
     url = _storage_url(args)
     storage = open_storage(url, create=True)
-    study, _ = _create(storage, config)
+    study, _ = _create(storage, config, args.argv)
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
@@ -311,12 +361,25 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch and args.json:
+        raise ConfigError("--watch and --json: choose one")
+    if args.interval is not None and not args.watch:
+        raise ConfigError("--interval is for --watch")
     storage = open_storage(_storage_url(args))
     check_schema(storage)
     study = open_study(storage, args.study)
+    if args.watch:
+        from search.status_watch import DEFAULT_INTERVAL_S, watch
+
+        return watch(storage, study, interval_s=args.interval or DEFAULT_INTERVAL_S)
     status = study_status(storage, study)
     print(json.dumps(status) if args.json else format_status(status))
     return EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    artifacts = args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None
+    return serve_dashboard(_storage_url(args), args.host, args.port, artifacts)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -367,6 +430,7 @@ _COMMANDS = {
     "estimate": cmd_estimate,
     "workers": cmd_workers,
     "delete": cmd_delete,
+    "dashboard": cmd_dashboard,
 }
 
 
@@ -377,9 +441,12 @@ def _storage_url(args: argparse.Namespace) -> str:
     return resolve_url(args.storage, getattr(args, "schema", None))
 
 
-def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
-    """What `create` and `run` do: the study and its first trials queued, on tables that are up
-    to date. Only a SQLite file is migrated here (the one-command start); on PostgreSQL that is
+def _create(
+    storage: Storage, config: StudyConfig, argv: Sequence[str] | None = None
+) -> tuple[StudyRef, bool]:
+    """What `create` and `run` do: the study, its first trials queued and its note for the
+    dashboard (its config and the command `argv`, passwords masked), on tables that are up to
+    date. Only a SQLite file is migrated here (the one-command start); on PostgreSQL that is
     `hpsearch migrate`'s alone, so that workers' roles need no DDL rights."""
     if storage.is_postgres:
         check_schema(storage)
@@ -387,6 +454,7 @@ def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
         upgrade(storage)
     study, created = create_study(storage, config)
     if created:
+        save_study_note(storage, study, sys.argv[1:] if argv is None else argv)
         queue_first_trials(storage, study)
     return study, created
 
@@ -611,6 +679,29 @@ def _local_devices(workers: int | None, *, gpus_only: bool = False) -> list[str]
         raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
     n = workers or max(1, gpus)
     return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
+
+
+def _from_value_error(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError with the message to show."""
+
+    @functools.wraps(parse)
+    def parse_argument(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse_argument
+
+
+def _refresh_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 3600:  # also refuses nan and inf
+        raise ValueError(f"must be between 0.1 and 3600 seconds, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
