@@ -159,7 +159,48 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help="timed optimizer steps per --measure row (default: 10)",
     )
+    _add_compare_parser(sub, storage_help, artifacts_help)
     return parser
+
+
+def _add_compare_parser(sub: Any, storage_help: str, artifacts_help: str) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="the same search under several strategies at one budget, K repeats each: a report",
+        description="For every sampler x pruner, K repeats of the study at a budget of N trials, "
+        "each an ordinary study named <name>-<sampler>[-<pruner>]-r<k>; then DIR/report.md, "
+        "DIR/report.html, DIR/summary.json and PNG plots. Run it again to finish what is "
+        "unfinished. The grid gets the points per parameter that fill the budget (9 -> 3 x 3); "
+        "[grid] points is not used.",
+    )
+    compare.add_argument("config", help="study config (TOML)")
+    compare.add_argument(
+        "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
+    )
+    compare.add_argument(
+        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+    )
+    compare.add_argument("--budget", type=_positive_int, required=True, help="trials per study")
+    compare.add_argument(
+        "--repeats", type=_positive_int, default=5, help="studies per strategy (default: 5)"
+    )
+    compare.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="local workers per study (default: one per GPU, else 1)",
+    )
+    compare.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    compare.add_argument(
+        "--target",
+        type=float,
+        help="score that counts as reached for 'epochs to target' (default: the 25th "
+        "percentile of all runs' final bests, pooled over every strategy)",
+    )
+    compare.add_argument("--storage", help=storage_help)
+    compare.add_argument("--artifacts", help=artifacts_help)
+    compare.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
+    compare.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    compare.set_defaults(keep_checkpoints=False)
 
 
 _DEVICE_MEMORY_HELP = (
@@ -276,6 +317,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from search.compare import compare_command  # matplotlib and scipy load only here
+
+    options = _WorkerOptions.from_args(args)
+    url = resolve_url(args.storage)
+    devices = _local_devices(args.workers)
+    for device in sorted(set(devices)):
+        check_device(device)
+    return compare_command(
+        args,
+        url=url,
+        devices=devices,
+        worker_argv=options.argv(),
+        artifacts_dir=options.artifacts,
+        run_in_process=lambda storage, name, device: _run_worker(storage, name, device, options),
+    )
+
+
 _COMMANDS = {
     "run": cmd_run,
     "create": cmd_create,
@@ -284,6 +343,7 @@ _COMMANDS = {
     "status": cmd_status,
     "migrate": cmd_migrate,
     "estimate": cmd_estimate,
+    "compare": cmd_compare,
 }
 
 
