@@ -17,7 +17,6 @@ strategy; `--target` sets it by hand.
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import itertools
 import json
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
-from optuna.artifacts.exceptions import ArtifactNotFound
 from optuna.trial import TrialState
 
 from search.artifacts import DirectoryArtifactStore, artifact_store_for
@@ -219,7 +217,7 @@ def summarize(
         rule = (
             f"the {'25th' if maximize else '75th'} percentile of all {len(bests_all)} runs' final "
             "bests, pooled over every strategy and fixed before any strategy's epochs were "
-            f"counted: {'3 runs in 4' if len(bests_all) >= 4 else 'most runs'} reached it"
+            f"counted: {'at least 3 runs in 4' if len(bests_all) >= 4 else 'most runs'} reached it"
         )
     else:
         target, rule = None, "no run has a complete trial"
@@ -787,27 +785,29 @@ def attach_report(
     """Upload report.html and summary.json to every compared study as Optuna artifacts, so
     that optuna-dashboard shows them with the study (`hpsearch dashboard --artifacts DIR` for a
     directory; on PostgreSQL without one, the database itself, as checkpoints). A rerun
-    replaces the report it attached before."""
+    writes the new report into the artifacts it attached before."""
     store = (
         DirectoryArtifactStore(artifacts_dir)
         if artifacts_dir
         else artifact_store_for(storage, None)
     )
     optuna_storage = storage.optuna_storage()
+    files = (report.html, report.summary)
     for ref in refs:
+        previous = optuna_storage.get_study_system_attrs(ref.study_id).get(REPORT_ATTR)
+        if previous and len(previous) == len(files):
+            # A rerun: the same artifacts get the new content (Optuna's API has no way to
+            # remove an artifact's entry from a study; optuna-dashboard leaves a null behind,
+            # which optuna.artifacts.get_all_artifact_meta cannot read).
+            for artifact_id, path in zip(previous, files, strict=True):
+                with open(path, "rb") as body:
+                    store.write(artifact_id, body)
+            continue
         study = optuna.load_study(study_name=ref.name, storage=optuna_storage)
-        previous = optuna_storage.get_study_system_attrs(ref.study_id).get(REPORT_ATTR) or []
-        for artifact_id in previous:
-            with contextlib.suppress(ArtifactNotFound, FileNotFoundError):
-                store.remove(artifact_id)
-            # How optuna-dashboard deletes a study artifact: its meta becomes null.
-            optuna_storage.set_study_system_attr(
-                ref.study_id, f"artifacts:{artifact_id}", json.dumps(None)
-            )
         ids = [
             optuna.artifacts.upload_artifact(
                 artifact_store=store, file_path=str(path), study_or_trial=study
             )
-            for path in (report.html, report.summary)
+            for path in files
         ]
         optuna_storage.set_study_system_attr(ref.study_id, REPORT_ATTR, ids)
