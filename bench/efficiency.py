@@ -41,6 +41,7 @@ import search.samplers
 from search.compare import CompareRequest, Strategy, plan_compare, prepare_studies
 from search.compare_report import RunResult, collect, pooled_target, summarize
 from search.config import PrunerSettings, StudyConfig, parse_config
+from search.status import study_status
 from search.storage import open_storage
 from search.worker import Worker
 
@@ -55,7 +56,6 @@ VARIANTS = [
     # (min_resource, reduction_factor, TPE startup trials); (1, 3, 10) is the main run's.
     (1, 3, 5),
     (3, 3, 10),
-    (1, 2, 10),
 ]
 
 
@@ -81,7 +81,10 @@ def run_all(url: str, config: StudyConfig, strategies: list[Strategy], seeds: in
     refs = prepare_studies(storage, runs)
     for i, (run, ref) in enumerate(zip(runs, refs, strict=True), start=1):
         started = time.monotonic()
-        Worker(storage, ref, device="cpu", progress=False).run()
+        code = Worker(storage, ref, device="cpu", progress=False).run()
+        status = study_status(storage, ref)
+        if code != 0 or status["complete"] + status["pruned"] + status["failed"] < budget:
+            sys.exit(f"{run.name}: the worker stopped early (exit {code}); no measurement")
         print(
             f"  [{i}/{len(runs)}] {run.name}: {time.monotonic() - started:.1f} s",
             file=sys.stderr,
@@ -123,7 +126,7 @@ def fmt(v: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--budget", type=int, default=24, help="trials per study")
+    parser.add_argument("--budget", type=int, default=20, help="trials per study")
     parser.add_argument("--epochs", type=int, default=27, help="epochs of a full trial")
     parser.add_argument("--storage", help="default: SQLite in a temporary directory")
     parser.add_argument("--out", default="bench/efficiency-results.json")

@@ -265,6 +265,11 @@ def run_studies(
                 progress.stop()
             if code != 0:
                 return code
+            if _finished(study_status(storage, ref)) < ref.config.study.n_trials:
+                # The workers stopped without finishing (SIGTERM: they handed their trials
+                # back); so does the comparison, instead of starting the next study.
+                return 130
+
     finally:
         storage.close()
     return 0
