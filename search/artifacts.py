@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -39,7 +38,7 @@ from search.db.tables import artifacts
 from search.errors import first_line
 from search.storage import Storage, StorageError, retry
 from search.study import StudyRef
-from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint import CheckpointStore, atomic_write
 
 __all__ = [
     "POINTER_ATTR",
@@ -131,18 +130,7 @@ class DirectoryArtifactStore(FileSystemArtifactStore):
         super().__init__(self.path)
 
     def write(self, artifact_id: str, content_body: BinaryIO) -> None:
-        target = self._get_filepath(artifact_id)
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(content_body, out, 1 << 20)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(Path(self._get_filepath(artifact_id)), content_body)
 
     def remove(self, artifact_id: str) -> None:
         with contextlib.suppress(FileNotFoundError, ArtifactNotFound):

@@ -52,6 +52,7 @@ from trainer.device import (
 )
 from trainer.result import TrainResult
 from trainer.task import Task, TaskFactory
+from trainer.train_state import CHECKPOINT_FORMAT, RngState, TrainState
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
 
@@ -74,7 +75,6 @@ LOSS_CHECK_EVERY_ON_GPU = 16
 """Micro-batches between two reads of the loss on a GPU. Reading a loss makes the CPU wait for
 the GPU; doing it every step would drain the kernel queue each time. A diverged run on a GPU so
 stops within this many micro-batches; on the CPU, which runs synchronously, it stops at once."""
-CHECKPOINT_FORMAT = 1
 
 ProgressFn = Callable[[int, int, int, float], None]
 """Called after each optimizer step with (epoch, step, steps_per_epoch, loss), epoch and step
@@ -224,8 +224,9 @@ def _fit(
     # Read the checkpoint before building the accelerator: it says how the run was fitted into
     # memory (accumulation, gradient checkpointing), and the resumed run must go on the same way.
     state = _load_checkpoint(checkpoints, fingerprint)
-    if state is not None:
-        fit.adopt(state["train_state"])
+    saved = None if state is None else TrainState.from_state_dict(state["train_state"])
+    if saved is not None:
+        fit.adopt(saved)
     model = task.model
     fit.model_can_checkpoint = _set_grad_checkpointing(model, fit.grad_checkpointing)
     if fit.grad_checkpointing and not fit.model_can_checkpoint:
@@ -254,19 +255,18 @@ def _fit(
     train_losses: list[float] = []
     optimizer_steps = 0
     losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
-    if state is not None:
+    if state is not None and saved is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if accelerator.scaler is not None and state["scaler"] is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
-        train_state = state["train_state"]
-        epoch, step = train_state["epoch"], train_state["step"]
-        optimizer_steps = train_state["optimizer_steps"]
-        metrics, train_losses = list(train_state["metrics"]), list(train_state["train_losses"])
-        losses.sum, losses.count = train_state["loss_sum"], train_state["loss_count"]
-        order = state["data"]["order"]
-        _set_rng_state(state["rng"])
+        epoch, step, optimizer_steps = saved.epoch, saved.step, saved.optimizer_steps
+        metrics, train_losses = saved.metrics, saved.train_losses
+        losses.sum, losses.count = saved.loss_sum, saved.loss_count
+        order = saved.order
+        if saved.rng is not None:
+            saved.rng.restore()
         result.resumed_from = {"epoch": epoch, "step": step}
         log.info(
             "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
@@ -287,21 +287,21 @@ def _fit(
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
-            "train_state": {
-                "epoch": epoch,
-                "step": step,
-                "optimizer_steps": optimizer_steps,
-                "metrics": metrics,
-                "train_losses": train_losses,
-                "loss_sum": losses.sum,
-                "loss_count": losses.count,
-                "grad_accum_steps": fit.grad_accum_steps,
-                "grad_checkpointing": fit.grad_checkpointing,
-                "adapted": fit.adapted,
-                "precision": result.precision,
-            },
-            "data": {"order": order},
-            "rng": _rng_state(),
+            "train_state": TrainState(
+                epoch=epoch,
+                step=step,
+                optimizer_steps=optimizer_steps,
+                metrics=metrics,
+                train_losses=train_losses,
+                loss_sum=losses.sum,
+                loss_count=losses.count,
+                grad_accum_steps=fit.grad_accum_steps,
+                grad_checkpointing=fit.grad_checkpointing,
+                adapted=fit.adapted,
+                precision=result.precision,
+                order=order,
+                rng=RngState.capture(),
+            ).state_dict(),
         }
         try:
             result.checkpoint_bytes = checkpoints.save(checkpoint)
@@ -413,12 +413,12 @@ class _MemoryFit:
         self.adapted.append(decision)
         return decision
 
-    def adopt(self, saved: dict[str, Any]) -> None:
+    def adopt(self, saved: TrainState) -> None:
         """Take the checkpoint's fitting unless this process has adapted further since."""
-        if len(saved["adapted"]) >= len(self.adapted):
-            self.grad_accum_steps = saved["grad_accum_steps"]
-            self.grad_checkpointing = saved["grad_checkpointing"]
-            self.adapted = list(saved["adapted"])
+        if len(saved.adapted) >= len(self.adapted):
+            self.grad_accum_steps = saved.grad_accum_steps
+            self.grad_checkpointing = saved.grad_checkpointing
+            self.adapted = list(saved.adapted)
 
     def note(self, decision: str) -> None:
         if decision not in self.adapted:
@@ -559,7 +559,16 @@ def _load_checkpoint(checkpoints: CheckpointStore | None, fingerprint: str) -> d
         return None
     if state is None:
         return None
-    if state.get("format") != CHECKPOINT_FORMAT or state.get("fingerprint") != fingerprint:
+    if state.get("format") != CHECKPOINT_FORMAT:
+        log.warning(
+            "%s holds a checkpoint in an older layout (format %s, this trainer writes %d): "
+            "restarting the trial from its start",
+            checkpoints,
+            state.get("format"),
+            CHECKPOINT_FORMAT,
+        )
+        return None
+    if state.get("fingerprint") != fingerprint:
         log.warning(
             "%s holds a checkpoint of another run (fingerprint %s, this run %s): ignoring it "
             "and starting from scratch",
@@ -586,41 +595,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # every device's generator
-
-
-def _rng_state() -> dict[str, Any]:
-    """Every RNG the run draws from, in weights_only-loadable form (no numpy arrays)."""
-    version, internal, gauss = random.getstate()
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": [
-            name,
-            torch.from_numpy(keys.astype(np.int64)),
-            position,
-            has_gauss,
-            cached_gaussian,
-        ],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state(
-        (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
-    )
-    torch.set_rng_state(state["torch"])
-    # A checkpoint from a machine with other GPUs (or none) restores the CPU generators only.
-    if (
-        state["cuda"]
-        and torch.cuda.is_available()
-        and len(state["cuda"]) == torch.cuda.device_count()
-    ):
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ import torch
 from tests.trainer.conftest import ToyTask, assert_same_weights, weights
 from trainer import DirectoryCheckpointStore, TrainConfig, loop, train
 from trainer.tasks.digits import make_task as digits
+from trainer.train_state import TrainState
 
 DIGITS = {"lr": 3e-3, "batch_size": 64, "width": 8, "dropout": 0.1}
 
@@ -158,7 +159,7 @@ def test_counters_and_weights_survive_a_mid_epoch_stop_and_resume(
     )
     assert first.status == "preempted"
     assert first.optimizer_steps == first.scheduler_steps == 6 + 4
-    assert store.load()["train_state"]["step"] == 4
+    assert store.load()["train_state"]["loop"]["step"] == 4
     second = train(
         ToyTask(n_train=100), _params(batch_size=16, dropout=0.2), config, checkpoints=store
     )
@@ -225,7 +226,9 @@ def test_report_true_prunes_after_that_epoch(store: Any) -> None:
     assert result.status == "pruned"
     assert result.epochs_run == 2 and [e for e, _ in reports] == [1, 2]
     assert [m for _, m in reports] == result.metrics
-    assert store.load()["train_state"]["metrics"] == result.metrics  # saved before the report
+    assert (
+        store.load()["train_state"]["loop"]["metrics"] == result.metrics
+    )  # saved before the report
 
 
 def test_resume_from_an_epoch_end_reports_that_epoch_again(store: Any) -> None:
@@ -351,8 +354,8 @@ def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_p
     assert chained == [signal.SIGTERM]  # the worker's own handler still ran
     assert handler_after is worker_handler  # and was put back
     state = store.load()
-    assert (state["train_state"]["epoch"], state["train_state"]["step"]) == (1, 5)
-    assert state["data"]["order"] is not None and first.checkpoint_bytes > 0
+    assert (state["train_state"]["loop"]["epoch"], state["train_state"]["loop"]["step"]) == (1, 5)
+    assert state["train_state"]["data"]["order"] is not None and first.checkpoint_bytes > 0
 
     second = train(digits, DIGITS, config, checkpoints=store)
     assert second.status == "completed" and second.resumed_from == {"epoch": 1, "step": 5}
@@ -365,7 +368,9 @@ def test_checkpoints_every_n_seconds_within_an_epoch(tmp_path: Any) -> None:
 
     class Recording(DirectoryCheckpointStore):
         def save(self, state: dict[str, Any]) -> int:
-            writes.append((state["train_state"]["epoch"], state["train_state"]["step"]))
+            writes.append(
+                (state["train_state"]["loop"]["epoch"], state["train_state"]["loop"]["step"])
+            )
             return super().save(state)
 
     result = train(
@@ -408,7 +413,7 @@ def test_a_failing_checkpoint_store_is_logged_and_training_goes_on(
     assert "checkpoint at epoch 1 step 0 not saved (ConnectionError: store unreachable)" in (
         caplog.text
     )
-    assert Flaky(tmp_path).load()["train_state"]["epoch"] == 2  # the second write succeeded
+    assert Flaky(tmp_path).load()["train_state"]["loop"]["epoch"] == 2  # the second write succeeded
 
 
 def test_a_checkpoint_of_another_run_is_ignored(store: Any, caplog: Any) -> None:
@@ -420,6 +425,33 @@ def test_a_checkpoint_of_another_run_is_ignored(store: Any, caplog: Any) -> None
     # The checkpoint now belongs to the new run, which resumes from it.
     again = train(ToyTask(), _params(lr=0.02), TrainConfig(epochs=2), checkpoints=store)
     assert again.resumed_from == {"epoch": 2, "step": 0} and again.metrics == other.metrics
+
+
+def test_a_checkpoint_in_the_old_layout_restarts_the_trial_with_one_line(
+    store: Any, caplog: Any
+) -> None:
+    first = train(ToyTask(), _params(), TrainConfig(epochs=2), checkpoints=store)
+    state = store.load()
+    # Format 1: the loop state as one flat dict beside "data" and "rng" (before TrainState).
+    loop_state = state["train_state"]
+    old = {**state, "format": 1, "data": loop_state["data"], "rng": loop_state["rng"]}
+    old["train_state"] = {**loop_state["loop"], **loop_state["memory"]}
+    store.save(old)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        again = train(ToyTask(), _params(), TrainConfig(epochs=2), checkpoints=store)
+    assert again.status == "completed" and again.resumed_from is None
+    assert again.metrics == first.metrics  # trained from its start, the same run
+    lines = [r.getMessage() for r in caplog.records if "older layout" in r.getMessage()]
+    assert len(lines) == 1 and "format 1" in lines[0] and "restarting" in lines[0]
+
+
+def test_train_state_round_trips_through_a_weights_only_checkpoint(store: Any) -> None:
+    train(ToyTask(), _params(), TrainConfig(epochs=1), checkpoints=store)
+    raw = store.load()["train_state"]  # loaded with weights_only=True
+    state = TrainState.from_state_dict(raw)
+    assert (state.epoch, state.step, state.optimizer_steps) == (1, 0, state.optimizer_steps)
+    assert state.optimizer_steps > 0 and len(state.metrics) == 1 and state.rng is not None
+    assert TrainState.from_state_dict(state.state_dict()) == state
 
 
 def test_preempted_without_a_store_says_progress_is_lost() -> None:
@@ -452,7 +484,7 @@ def test_out_of_memory_turns_on_checkpointing_then_halves_the_micro_batch(store:
     assert result.resumed_from == {"epoch": 1, "step": 0}  # from epoch 1's checkpoint
     assert result.optimizer_steps == 12 and result.epochs_run == 3
     assert result.metrics == pytest.approx(uninterrupted.metrics)  # the same maths
-    assert store.load()["train_state"]["adapted"] == result.adapted
+    assert store.load()["train_state"]["memory"]["adapted"] == result.adapted
     # A later resume (another process, another machine) keeps the adapted fitting.
     again = train(ToyTask(oom_above=limit), _params(), TrainConfig(epochs=3), checkpoints=store)
     assert again.grad_accum_steps == 4 and again.adapted == result.adapted
