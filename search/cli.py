@@ -32,11 +32,10 @@ from search.fleet import delete_study, format_workers, list_workers, workers_jso
 from search.migrate import check_schema, upgrade
 from search.preflight import check_device, check_task
 from search.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
-from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
-from search.study import StudyRef, create_study, open_study
-from search.study_note import save_study_note
+from search.study import StudyRef, open_study
+from search.study_setup import set_up_study
 from search.training import run_training
 from search.trial_by_hand import try_config
 from search.worker import DEFAULT_GRACE_S, Worker
@@ -254,7 +253,49 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help="timed optimizer steps per --measure row (default: 10)",
     )
+    _add_compare_parser(sub, storage_help, schema_help, artifacts_help)
     return parser
+
+
+def _add_compare_parser(sub: Any, storage_help: str, schema_help: str, artifacts_help: str) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="the same search under several strategies at one budget, K repeats each: a report",
+        description="For every sampler x pruner, K repeats of the study at a budget of N trials, "
+        "each an ordinary study named <name>-<sampler>[-<pruner>]-r<k>; then DIR/report.md, "
+        "DIR/report.html, DIR/summary.json and PNG plots. Run it again to finish what is "
+        "unfinished. The grid gets the points per parameter that fill the budget (9 -> 3 x 3); "
+        "[grid] points is not used.",
+    )
+    compare.add_argument("config", help="study config (TOML)")
+    compare.add_argument(
+        "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
+    )
+    compare.add_argument(
+        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+    )
+    compare.add_argument("--budget", type=_positive_int, required=True, help="trials per study")
+    compare.add_argument(
+        "--repeats", type=_positive_int, default=5, help="studies per strategy (default: 5)"
+    )
+    compare.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="local workers per study (default: one per GPU, else 1)",
+    )
+    compare.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    compare.add_argument(
+        "--target",
+        type=float,
+        help="score that counts as reached for 'epochs to target' (default: the 25th "
+        "percentile of all runs' final bests, pooled over every strategy)",
+    )
+    compare.add_argument("--storage", help=storage_help)
+    compare.add_argument("--schema", help=schema_help)
+    compare.add_argument("--artifacts", help=artifacts_help)
+    compare.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
+    compare.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    compare.set_defaults(keep_checkpoints=False)
 
 
 _DEVICE_MEMORY_HELP = (
@@ -420,6 +461,24 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from search.compare import compare_command  # matplotlib and scipy load only here
+
+    options = _WorkerOptions.from_args(args)
+    url = _storage_url(args)
+    devices = _local_devices(args.workers)
+    for device in sorted(set(devices)):
+        check_device(device)
+    return compare_command(
+        args,
+        url=url,
+        devices=devices,
+        worker_argv=options.argv(),
+        artifacts_dir=options.artifacts,
+        run_in_process=lambda storage, name, device: _run_worker(storage, name, device, options),
+    )
+
+
 _COMMANDS = {
     "run": cmd_run,
     "create": cmd_create,
@@ -431,6 +490,7 @@ _COMMANDS = {
     "workers": cmd_workers,
     "delete": cmd_delete,
     "dashboard": cmd_dashboard,
+    "compare": cmd_compare,
 }
 
 
@@ -444,19 +504,7 @@ def _storage_url(args: argparse.Namespace) -> str:
 def _create(
     storage: Storage, config: StudyConfig, argv: Sequence[str] | None = None
 ) -> tuple[StudyRef, bool]:
-    """What `create` and `run` do: the study, its first trials queued and its note for the
-    dashboard (its config and the command `argv`, passwords masked), on tables that are up to
-    date. Only a SQLite file is migrated here (the one-command start); on PostgreSQL that is
-    `hpsearch migrate`'s alone, so that workers' roles need no DDL rights."""
-    if storage.is_postgres:
-        check_schema(storage)
-    else:
-        upgrade(storage)
-    study, created = create_study(storage, config)
-    if created:
-        save_study_note(storage, study, sys.argv[1:] if argv is None else argv)
-        queue_first_trials(storage, study)
-    return study, created
+    return set_up_study(storage, config, sys.argv[1:] if argv is None else argv)
 
 
 @dataclass(frozen=True)
