@@ -61,6 +61,8 @@ def upgrade(storage: Storage) -> str:
     written.
     """
     if not storage.is_postgres:
+        with storage.engine.connect() as conn:
+            _refuse_foreign_alembic(storage, conn)
         _ensure_optuna_schema(storage)
         _upgrade_ours(storage)
         return head_revision()
@@ -110,11 +112,11 @@ def _ensure_optuna_schema(storage: Storage) -> None:
         rdb.engine.dispose()
 
 
-def _upgrade_ours(storage: Storage) -> None:
+def _upgrade_ours(storage: Storage, revision: str = "head") -> None:
     with storage.engine.begin() as conn:
         config = _alembic_config()
         config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+        command.upgrade(config, revision)
 
 
 def current_revision(storage: Storage) -> str | None:

@@ -10,7 +10,7 @@ hpsearch itself, so that only the wheel can provide `search` and `trainer`; `pip
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import shutil
 import site
@@ -44,6 +44,17 @@ _NOT_COPIED = shutil.ignore_patterns(
 )
 
 
+def _setuptools_builds_wheels() -> bool:
+    """Whether this environment's setuptools builds wheels by itself (70.1 and later), so that
+    pip needs no isolated build environment (which it would fill from the index)."""
+    try:
+        version = importlib.metadata.version("setuptools")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return (major, minor) >= (70, 1)
+
+
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{cmd}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
@@ -55,7 +66,7 @@ def test_a_wheel_runs_migrate_and_a_study_from_anywhere(tmp_path: Path) -> None:
     source = tmp_path / "source"
     shutil.copytree(REPO, source, ignore=_NOT_COPIED)
     dist = tmp_path / "dist"
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    isolation = ["--no-build-isolation"] if _setuptools_builds_wheels() else []
     run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(dist), "."],
         cwd=source,

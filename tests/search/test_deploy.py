@@ -13,10 +13,11 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from search import migrate
 from search.artifacts import DatabaseArtifactStore, DirectoryArtifactStore, TrialCheckpoints
 from search.db import liveness, trial_rows
 from search.fleet import list_workers
-from search.storage import open_storage
+from search.storage import StorageError, open_storage
 from search.study import create_study
 from tests.conftest import fresh_database, migrated
 from tests.search.test_cli import hpsearch, write_config
@@ -370,3 +371,25 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
     line = one_line_error(hpsearch("delete", "--study", study_name, "--storage", url, cwd=tmp_path))
     assert "no hpsearch study named" in line
     storage.close()
+
+
+def test_upgrading_to_the_cascades_drops_rows_of_studies_deleted_before(study_name: str) -> None:
+    with fresh_database() as url:
+        storage = open_storage(url)
+        # The database as hpsearch 0003 left it, with a worker of a study deleted since.
+        migrate._ensure_optuna_schema(storage)
+        migrate._create_schemas(storage)
+        migrate._upgrade_ours(storage, "0003")
+        ref, _ = create_study(storage, make_config(study_name))
+        register(storage, ref.study_id, "kept", grace_s=60)
+        register(storage, ref.study_id + 1000, "orphan", grace_s=60)
+        with pytest.raises(StorageError, match=r"has revision 0003.*run `hpsearch migrate`"):
+            migrate.check_schema(storage)
+        assert migrate.upgrade(storage) == migrate.head_revision()
+        migrate.check_schema(storage)
+        engine = sa.create_engine(url)
+        with engine.connect() as conn:
+            ids = conn.execute(sa.text("SELECT worker_id FROM hpsearch.workers")).scalars().all()
+        engine.dispose()
+        assert ids == ["kept"]
+        storage.close()
