@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from search.artifacts import artifact_store_for, existing_directory
+from search.db.tables import studies, trials
 from search.migrate import check_schema
 from search.storage import Storage, StorageError, open_storage
 
@@ -45,6 +46,7 @@ __all__ = [
     "host_name",
     "is_loopback",
     "is_read_only",
+    "large_studies",
     "open_dashboard",
     "port_number",
     "serve",
@@ -57,6 +59,23 @@ NO_AUTH_WARNING = (
     "change and delete studies: keep it on 127.0.0.1 (reach it through an SSH tunnel) or "
     "give it a read-only database role"
 )
+
+
+LARGE_STUDY_TRIALS = 2000
+"""Above this many trials a study's page is slow to become usable (bench/dashboard.py)."""
+
+
+def large_studies(storage: Storage) -> list[tuple[str, int]]:
+    """(name, trials) of every study with more than LARGE_STUDY_TRIALS trials."""
+    with storage.autocommit() as conn:
+        rows = conn.execute(
+            sa.select(studies.c.study_name, sa.func.count(trials.c.trial_id))
+            .join(trials, trials.c.study_id == studies.c.study_id)
+            .group_by(studies.c.study_name)
+            .having(sa.func.count(trials.c.trial_id) > LARGE_STUDY_TRIALS)
+            .order_by(studies.c.study_name)
+        ).all()
+    return [(name, n) for name, n in rows]
 
 
 class _ThreadedWSGIServer(ThreadingMixIn, WSGIServer):
@@ -247,6 +266,13 @@ def serve(url: str, host: str, port: int, artifacts: str | None) -> int:
                 "studies (notes, uploads, edits and deletes will fail)",
                 file=sys.stderr,
                 flush=True,
+            )
+        for name, n in large_studies(storage):
+            print(
+                f"study {name!r} has {n} trials: its page loads every trial at once and may "
+                f"take minutes to draw (more than {LARGE_STUDY_TRIALS} trials; README: Large "
+                f"studies); `hpsearch status --study {name}` answers at once",
+                file=sys.stderr,
             )
         if not is_loopback(host):
             print(NO_AUTH_WARNING.format(where=f"{host}:{dashboard.port}"), file=sys.stderr)

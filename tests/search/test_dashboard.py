@@ -286,3 +286,17 @@ def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path
     ask(lambda t: t.suggest_categorical("c", ["a", "b"]), 2)
     assert answer(ours)["union_search_space"] == answer(theirs)["union_search_space"]
     assert {a["key"] for a in answer(ours)["union_user_attrs"]} == {"note"}
+
+
+def test_large_studies_are_named_when_it_starts(
+    made_study: MadeStudy, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from search import dashboard
+
+    storage = open_storage(pg_url)
+    try:
+        assert (made_study.name, 3) not in dashboard.large_studies(storage)
+        monkeypatch.setattr(dashboard, "LARGE_STUDY_TRIALS", 2)
+        assert (made_study.name, 3) in dashboard.large_studies(storage)
+    finally:
+        storage.close()
