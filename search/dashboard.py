@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import gzip
 import ipaddress
 import logging
 import os
@@ -35,14 +36,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from search.artifacts import artifact_store_for, existing_directory
+from search.db.tables import studies, trials
 from search.migrate import check_schema
 from search.storage import Storage, StorageError, open_storage
 
 __all__ = [
     "DashboardServer",
+    "GzipJson",
     "host_name",
     "is_loopback",
     "is_read_only",
+    "large_studies",
     "open_dashboard",
     "port_number",
     "serve",
@@ -57,11 +61,113 @@ NO_AUTH_WARNING = (
 )
 
 
+LARGE_STUDY_TRIALS = 2000
+"""Above this many trials a study's page is slow to become usable (bench/dashboard.py)."""
+
+
+def large_studies(storage: Storage) -> list[tuple[str, int]]:
+    """(name, trials) of every study with more than LARGE_STUDY_TRIALS trials."""
+    with storage.autocommit() as conn:
+        rows = conn.execute(
+            sa.select(studies.c.study_name, sa.func.count(trials.c.trial_id))
+            .join(trials, trials.c.study_id == studies.c.study_id)
+            .group_by(studies.c.study_name)
+            .having(sa.func.count(trials.c.trial_id) > LARGE_STUDY_TRIALS)
+            .order_by(studies.c.study_name)
+        ).all()
+    return [(name, n) for name, n in rows]
+
+
 class _ThreadedWSGIServer(ThreadingMixIn, WSGIServer):
     """One thread per request, as optuna-dashboard's own command serves: a slow answer (a
     large study) does not stall the page's other requests."""
 
     daemon_threads = True
+
+
+class GzipJson:
+    """WSGI middleware: JSON and CSV answers gzip-compressed for clients that accept it.
+
+    optuna-dashboard sends a study's every trial in one JSON answer (about 2.4 KB a trial with
+    hpsearch's provenance attributes: 24 MB for 10,000 trials); it compresses about 10 to 1,
+    which is what a dashboard reached through an SSH tunnel or a VPN waits for. Other answers
+    (artifacts, the already compressed script bundle) pass through as they are, streamed.
+    """
+
+    compressed_types = ("application/json", "text/csv")
+    min_bytes = 1024
+
+    def __init__(self, app: Any, level: int = 1) -> None:
+        self.app, self.level = app, level  # level 1: ~0.1 s for 24 MB, most of the gain
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if "gzip" not in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            return self.app(environ, start_response)
+        answer: dict[str, Any] = {}
+
+        def remember(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            answer.update(status=status, headers=headers, exc_info=exc_info)
+            return lambda data: answer.setdefault("written", []).append(data)
+
+        body = self.app(environ, remember)
+        headers = answer["headers"]
+        names = {k.lower(): v for k, v in headers}
+        kind = names.get("content-type", "").split(";")[0].strip()
+        if kind not in self.compressed_types or "content-encoding" in names:
+            start_response(answer["status"], headers, answer["exc_info"])
+            return body
+        try:
+            data = b"".join([*answer.get("written", []), *body])
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        if len(data) >= self.min_bytes:
+            data = gzip.compress(data, compresslevel=self.level)
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers += [("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")]
+            headers.append(("Content-Length", str(len(data))))
+        start_response(answer["status"], headers, answer["exc_info"])
+        return [data]
+
+
+def _scan_each_finished_trial_once(app: Any) -> bool:
+    """Make optuna-dashboard's per-study summary (search space, attribute names) incremental
+    for finished studies too; returns whether it could.
+
+    optuna-dashboard (0.21) keeps that summary per study and updates it from a cursor, the
+    first unfinished trial; with no unfinished trial the cursor never moves, so every answer
+    (every refresh of an open page) scans every trial again: half the time of a large
+    finished study's answer (bench/dashboard.py). Here the cursor moves past the finished
+    trials. Its internals are private: if they change, nothing is patched, and the dashboard
+    only stays slower.
+    """
+    try:
+        from optuna_dashboard._inmemory_cache import _CachedExtraStudyProperty
+    except ImportError:
+        return False
+    cache = getattr(app, "_inmemory_cache", None)
+    summaries = getattr(cache, "_cached_extra_study_property_cache", None)
+    if not isinstance(summaries, dict) or not hasattr(_CachedExtraStudyProperty(), "_cursor"):
+        return False
+
+    class _Summary(_CachedExtraStudyProperty):  # type: ignore[misc]
+        def update(self, trials: list[Any]) -> None:
+            start = max(self._cursor, 0)
+            unfinished = [
+                t.number for t in trials if t.number >= start and not t.state.is_finished()
+            ]
+            super().update(trials)
+            if unfinished:
+                self._cursor = min(unfinished)
+            elif trials:
+                self._cursor = max(self._cursor, trials[-1].number + 1)
+
+    class _Summaries(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            return super().get(key) or _Summary()
+
+    cache._cached_extra_study_property_cache = _Summaries(summaries)
+    return True
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -101,7 +207,9 @@ class DashboardServer:
         self.storage = storage
         self.artifact_store = artifact_store_for(storage, artifacts)
         self.read_only = is_read_only(storage)
-        app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
+        bottle_app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
+        self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
+        app = GzipJson(bottle_app)
         try:
             self.server = make_server(
                 host, port, app, server_class=_ThreadedWSGIServer, handler_class=_QuietHandler
@@ -158,6 +266,13 @@ def serve(url: str, host: str, port: int, artifacts: str | None) -> int:
                 "studies (notes, uploads, edits and deletes will fail)",
                 file=sys.stderr,
                 flush=True,
+            )
+        for name, n in large_studies(storage):
+            print(
+                f"study {name!r} has {n} trials: its page loads every trial at once and may "
+                f"take minutes to draw (more than {LARGE_STUDY_TRIALS} trials; README: Large "
+                f"studies); `hpsearch status --study {name}` answers at once",
+                file=sys.stderr,
             )
         if not is_loopback(host):
             print(NO_AUTH_WARNING.format(where=f"{host}:{dashboard.port}"), file=sys.stderr)

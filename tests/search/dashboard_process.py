@@ -36,6 +36,7 @@ class DashboardProcess:
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.base_url = ""
+        self.last_headers: dict[str, str] = {}
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -58,9 +59,11 @@ class DashboardProcess:
             time.sleep(0.1)
         raise AssertionError(f"the dashboard did not start:\n{self.output}")
 
-    def get(self, path: str) -> tuple[int, bytes]:
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.base_url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(self.base_url + path, timeout=60) as answer:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                self.last_headers = dict(answer.headers)
                 return answer.status, answer.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()

@@ -6,6 +6,7 @@ a worker stopped by SIGTERM mid-trial and another that resumes it, both keeping 
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import socket
@@ -117,6 +118,18 @@ def test_the_dashboard_shows_the_study_its_note_provenance_and_checkpoints(
     finally:
         storage.close()
     assert data[:2] == b"PK" and len(data) > 1000  # a torch checkpoint (a zip archive)
+
+
+def test_json_answers_are_compressed_for_browsers(
+    made_study: MadeStudy, dashboard: DashboardProcess
+) -> None:
+    path = f"/api/studies/{made_study.study_id}"
+    status, plain = dashboard.get(path)
+    assert status == 200 and "Content-Encoding" not in dashboard.last_headers
+    status, packed = dashboard.get(path, {"Accept-Encoding": "gzip, deflate, br"})
+    assert status == 200 and dashboard.last_headers["Content-Encoding"] == "gzip"
+    assert int(dashboard.last_headers["Content-Length"]) == len(packed) < len(plain) / 3
+    assert json.loads(gzip.decompress(packed))["name"] == made_study.name
 
 
 def test_no_password_in_the_page_the_api_or_the_logs(
@@ -233,3 +246,57 @@ def test_bad_input_is_one_line_exit_2(case: str, pg_url: str, tmp_path: Path) ->
     assert PASSWORD not in done.stderr
     assert not (tmp_path / "missing.db").exists()
     assert not (tmp_path / "not-mounted").exists()
+
+
+def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path) -> None:
+    """The patched per-study summary (search space, attribute names) gives the same answers as
+    optuna-dashboard's own, while trials finish, start and keep coming."""
+    from wsgiref.util import setup_testing_defaults
+
+    from optuna_dashboard import wsgi
+
+    from search.dashboard import _scan_each_finished_trial_once
+
+    url = f"sqlite:///{tmp_path / 'summary.db'}"
+    study = optuna.create_study(storage=url, study_name="summary", direction="maximize")
+    ours, theirs = wsgi(url), wsgi(url)
+    assert _scan_each_finished_trial_once(ours)
+
+    def answer(app: object) -> dict:
+        environ: dict = {}
+        setup_testing_defaults(environ)
+        environ["PATH_INFO"] = f"/api/studies/{study._study_id}"
+        body = b"".join(app(environ, lambda *_: None))  # type: ignore[operator]
+        detail = json.loads(body)
+        detail.pop("trials")  # their datetimes are the same rows; the summary is what differs
+        return detail
+
+    def ask(objective: object, n: int) -> None:
+        study.optimize(objective, n_trials=n)  # type: ignore[arg-type]
+        ours._inmemory_cache._trials_last_fetched_at.clear()  # no 2-second trial-list cache
+        theirs._inmemory_cache._trials_last_fetched_at.clear()
+        assert answer(ours) == answer(theirs)
+
+    ask(lambda t: t.suggest_float("x", 0, 1), 3)
+    ask(lambda t: t.suggest_float("x", 0, 1) + t.suggest_int("n", 1, 3), 2)  # the space grows
+    running = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    running.set_user_attr("note", "text")  # a new, unsortable attribute on a running trial
+    ask(lambda t: t.suggest_float("x", 0, 1), 1)
+    study.tell(running, 0.5)
+    ask(lambda t: t.suggest_categorical("c", ["a", "b"]), 2)
+    assert answer(ours)["union_search_space"] == answer(theirs)["union_search_space"]
+    assert {a["key"] for a in answer(ours)["union_user_attrs"]} == {"note"}
+
+
+def test_large_studies_are_named_when_it_starts(
+    made_study: MadeStudy, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from search import dashboard
+
+    storage = open_storage(pg_url)
+    try:
+        assert (made_study.name, 3) not in dashboard.large_studies(storage)
+        monkeypatch.setattr(dashboard, "LARGE_STUDY_TRIALS", 2)
+        assert (made_study.name, 3) in dashboard.large_studies(storage)
+    finally:
+        storage.close()
