@@ -27,6 +27,7 @@ from search.study import create_study
 from search.trial_group import run_trial_group, trial_devices
 from search.trial_run import TrialRun
 from tests.conftest import REPO
+from tests.search.processes import query
 from tests.search.test_cli import hpsearch
 from trainer import DirectoryCheckpointStore, resolve_task, train
 
@@ -263,3 +264,25 @@ def test_a_killed_rank_hands_the_trial_back_and_the_worker_retries_it(
     for trial in trials:
         ddp = trial.user_attrs["data_parallel"]
         assert ddp["ranks"] == 2 and ddp["per_rank_micro_batch"] == 32, json.dumps(ddp)
+
+
+def test_a_bad_gpus_per_trial_is_one_line_and_exit_2(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    create_study(open_storage(pg_url), load_config(write_config(tmp_path, study_name)))
+    env = {"HPSEARCH_STORAGE": pg_url}
+    for flags, says in [
+        (["--gpus-per-trial", "0"], "--gpus-per-trial: must be >= 1, got 0"),
+        (["--device", "cuda:0,1,2", "--gpus-per-trial", "2"], "names 3 GPUs"),
+    ]:
+        done = hpsearch("worker", "--study", study_name, *flags, cwd=tmp_path, env=env)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    # No worker registered: the flags were refused before anything was written.
+    registered = query(
+        pg_url,
+        "SELECT count(*) FROM hpsearch.workers w JOIN studies s ON s.study_id = w.study_id "
+        "WHERE s.study_name = :name",
+        name=study_name,
+    )
+    assert registered[0][0] == 0
