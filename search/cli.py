@@ -34,7 +34,7 @@ from search.storage import Storage, StorageError, open_storage, resolve_url, ret
 from search.study import StudyRef, create_study, open_study
 from search.training import run_training
 from search.trial_by_hand import try_config
-from search.trial_group import group_label, run_trial_group, trial_devices
+from search.trial_group import gpu_groups, group_label, run_trial_group, trial_devices
 from search.worker import DEFAULT_GRACE_S, Worker
 
 __all__ = ["entry_point", "main"]
@@ -537,11 +537,11 @@ def _local_devices(
     if gpus_only and gpus == 0:
         raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
     if per_trial > 1 and gpus:
-        groups = gpus // per_trial
-        if groups == 0:
-            raise ConfigError(f"--gpus-per-trial {per_trial}: only {gpus} GPU(s) are visible")
-        ids = [",".join(str(g * per_trial + r) for r in range(per_trial)) for g in range(groups)]
-        return [f"cuda:{ids[i % groups]}" for i in range(workers or groups)]
+        try:
+            groups = gpu_groups(gpus, per_trial)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return [groups[i % len(groups)] for i in range(workers or len(groups))]
     n = workers or max(1, gpus)
     return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
 

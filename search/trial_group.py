@@ -48,7 +48,7 @@ from search.training import outcome_of
 from search.trial_run import TrialOutcome, TrialRun
 from trainer.distributed import ENV_COLLECTIVE_TIMEOUT, ENV_CONTROL_FD, ENV_DEVICE
 
-__all__ = ["group_label", "run_trial_group", "trial_devices"]
+__all__ = ["gpu_groups", "group_label", "run_trial_group", "trial_devices"]
 
 logger = logging.getLogger("search.worker")
 
@@ -76,6 +76,14 @@ def trial_devices(device: str, k: int) -> list[str]:
         return [f"cuda:{i}" for i in ids]
     first = int(index or 0)
     return [f"cuda:{first + r}" for r in range(k)]
+
+
+def gpu_groups(gpus: int, k: int) -> list[str]:
+    """The devices of the workers that share `gpus` GPUs, K per trial: ``cuda:0,1``, ...
+    (GPUs left over, fewer than K, go unused)."""
+    if gpus < k:
+        raise ValueError(f"--gpus-per-trial {k}: only {gpus} GPU(s) are visible")
+    return ["cuda:" + ",".join(str(g * k + r) for r in range(k)) for g in range(gpus // k)]
 
 
 def group_label(devices: list[str]) -> str:
@@ -142,7 +150,7 @@ def run_trial_group(
             "resume": resume,
             "scratch": str(scratch),
         }
-        group.ranks[0].conn.send(("spec", spec))
+        _send(group.ranks[0], ("spec", spec))  # if rank 0 is dead already, the loop says so
         _supervise(run, group)
     finally:
         group.kill()
@@ -309,6 +317,7 @@ def _outcome(run: TrialRun, group: _Group, batch_size: int, accum: int) -> Trial
                 "batch_size or raise grad_accum_steps)"
             )
     outcome = outcome_of(run, result)
+    accum = result.grad_accum_steps or accum  # as trained (a resumed checkpoint's, if adapted)
     micro = math.ceil(batch_size / (k * accum))
     outcome.user_attrs["data_parallel"] = {
         "ranks": k,

@@ -275,6 +275,10 @@ def _fit(
         log.info(
             "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
         )
+    if accelerator.num_processes > 1:
+        # Ranks start from one RNG state (the seed, or rank 0's checkpoint); each then draws its
+        # own dropout masks. The weights stay one: DDP broadcasts rank 0's when it wraps them.
+        torch.manual_seed(int(torch.randint(2**62, (1,))) + accelerator.process_index)
     # The result shares these lists, so it holds the history however the run ends.
     result.metrics, result.train_losses = metrics, train_losses
 

@@ -24,7 +24,7 @@ import torch
 from search.config import load_config
 from search.storage import open_storage
 from search.study import create_study
-from search.trial_group import run_trial_group, trial_devices
+from search.trial_group import gpu_groups, run_trial_group, trial_devices
 from search.trial_run import TrialRun
 from tests.conftest import REPO
 from tests.search.processes import query
@@ -209,6 +209,12 @@ def test_a_rank_that_raises_fails_the_trial_naming_the_rank(
 
 
 def test_the_devices_of_a_trial() -> None:
+    # `--gpus all --gpus-per-trial K`: one worker per K GPUs; what is left over is not used.
+    assert gpu_groups(8, 2) == ["cuda:0,1", "cuda:2,3", "cuda:4,5", "cuda:6,7"]
+    assert gpu_groups(3, 2) == ["cuda:0,1"]
+    with pytest.raises(ValueError, match="only 1 GPU"):
+        gpu_groups(1, 2)
+    # A worker's device, as the group of its trials' ranks.
     assert trial_devices("cpu", 2) == ["cpu", "cpu"]
     assert trial_devices("cuda:2", 2) == ["cuda:2", "cuda:3"]
     assert trial_devices("cuda:0,3", 2) == ["cuda:0", "cuda:3"]
