@@ -38,6 +38,7 @@ from search.study import StudyRef, open_study
 from search.study_setup import set_up_study
 from search.training import run_training
 from search.trial_by_hand import try_config
+from search.trial_group import gpu_groups, group_label, run_trial_group, trial_devices
 from search.worker import DEFAULT_GRACE_S, Worker
 
 __all__ = ["entry_point", "main"]
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
     run.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    run.add_argument("--gpus-per-trial", type=_positive_int, metavar="K", help=_PER_TRIAL_HELP)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
@@ -104,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
     worker.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    worker.add_argument("--gpus-per-trial", type=_positive_int, metavar="K", help=_PER_TRIAL_HELP)
 
     try_ = sub.add_parser(
         "try",
@@ -302,6 +305,10 @@ _DEVICE_MEMORY_HELP = (
     "memory of the device a trial trains on, e.g. 80GB (10^9 bytes) or 24GiB (2^30) "
     "(default: $HPSEARCH_DEVICE_MEMORY, else a GPU's free memory; a CPU has no limit)"
 )
+_PER_TRIAL_HELP = (
+    "train each trial data-parallel (DDP) on K GPUs, K processes (on a CPU: K processes, "
+    "gloo); with --gpus all the GPUs are grouped K per worker (default: 1)"
+)
 _GRACE_HELP = (
     "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
     "elsewhere (default: $HPSEARCH_GRACE_S, else 60)"
@@ -362,9 +369,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     options = _WorkerOptions.from_args(args)
-    devices = _local_devices(args.workers)
+    devices = _local_devices(args.workers, per_trial=options.gpus_per_trial)
     for device in sorted(set(devices)):
-        check_device(device)
+        _check_devices(device, options.gpus_per_trial)
     url = _storage_url(args)
     storage = open_storage(url, create=True)
     study, _ = _create(storage, config, args.argv)
@@ -383,14 +390,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_schema(storage)
     study = open_study(storage, args.study)
     devices = (
-        _local_devices(None, gpus_only=True)
+        _local_devices(None, gpus_only=True, per_trial=options.gpus_per_trial)
         if args.gpus == "all"
         else [args.device or _default_device()]
     )
     # Nothing is registered or claimed before this machine is known to be able to train.
     task = check_task(study.config)
     for device in devices:
-        check_device(device)
+        _check_devices(device, options.gpus_per_trial)
     logger.info("task %r: %s", study.config.task.name, task)
     if len(devices) > 1:
         return _run_worker_processes(url, study.name, devices, options)
@@ -516,6 +523,8 @@ class _WorkerOptions:
     keep_checkpoints: bool
     device_memory: int | None
     """Bytes a trial may use on the worker's device (the pre-training memory check)."""
+    gpus_per_trial: int = 1
+    """Ranks of each trial (search.trial_group); 1: the trial runs in the worker process."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
@@ -525,6 +534,7 @@ class _WorkerOptions:
             grace_s=_grace(args.grace_s),
             keep_checkpoints=args.keep_checkpoints,
             device_memory=_device_memory(args.device_memory),
+            gpus_per_trial=getattr(args, "gpus_per_trial", None) or 1,
         )
 
     def argv(self) -> list[str]:
@@ -535,6 +545,8 @@ class _WorkerOptions:
             out.append("--keep-checkpoints")
         if self.device_memory is not None:
             out += ["--device-memory", str(self.device_memory)]
+        if self.gpus_per_trial > 1:
+            out += ["--gpus-per-trial", str(self.gpus_per_trial)]
         return out
 
 
@@ -545,6 +557,10 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
     run_trial = None
     if options.device_memory is not None:
         run_trial = functools.partial(run_training, device_memory=options.device_memory)
+    if options.gpus_per_trial > 1:
+        group = trial_devices(device, options.gpus_per_trial)
+        run_trial = functools.partial(run_trial_group, devices=group)
+        device = group_label(group)
     worker = Worker(
         storage,
         study,
@@ -720,11 +736,20 @@ def _default_device() -> str:
     return "cuda:0" if _gpu_count() else "cpu"
 
 
-def _local_devices(workers: int | None, *, gpus_only: bool = False) -> list[str]:
-    """Devices for local workers: GPUs round-robin, else CPU."""
+def _local_devices(
+    workers: int | None, *, gpus_only: bool = False, per_trial: int = 1
+) -> list[str]:
+    """Devices for local workers: GPUs round-robin, else CPU. With K GPUs per trial, a
+    worker's device is a group of K GPUs (``cuda:0,1``), the visible GPUs cut into groups."""
     gpus = _gpu_count()
     if gpus_only and gpus == 0:
         raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
+    if per_trial > 1 and gpus:
+        try:
+            groups = gpu_groups(gpus, per_trial)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return [groups[i % len(groups)] for i in range(workers or len(groups))]
     n = workers or max(1, gpus)
     return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
 
@@ -750,6 +775,19 @@ def _refresh_seconds(text: str) -> float:
     if not 0.1 <= value <= 3600:  # also refuses nan and inf
         raise ValueError(f"must be between 0.1 and 3600 seconds, got {text}")
     return value
+
+
+def _check_devices(device: str, per_trial: int) -> None:
+    """check_device for a worker's device, or for each device of its trials' group."""
+    if per_trial == 1:
+        check_device(device)
+        return
+    try:
+        group = trial_devices(device, per_trial)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for member in sorted(set(group)):
+        check_device(member)
 
 
 def _positive_int(text: str) -> int:

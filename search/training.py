@@ -11,7 +11,7 @@ import trainer
 from search.provenance import code_version, environment
 from search.trial_run import TrialOutcome, TrialRun
 
-__all__ = ["run_training"]
+__all__ = ["outcome_of", "run_training"]
 
 logger = logging.getLogger("search.worker")
 _UNCHECKED_DEVICES: set[str] = set()
@@ -46,6 +46,14 @@ def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOut
         device=run.device,
         stop=run.stop,
     )
+    return outcome_of(run, result, memory_check)
+
+
+def outcome_of(
+    run: TrialRun, result: trainer.TrainResult, memory_check: dict[str, Any] | None = None
+) -> TrialOutcome:
+    """The trial's outcome and user attributes from the trainer's result (also the result of
+    rank 0 of a multi-rank trial, `search.trial_group`)."""
     attrs: dict[str, Any] = {
         **environment(),
         **code_version(),

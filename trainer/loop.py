@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import DataLoaderConfiguration
 
 from trainer.checkpoint import CheckpointError, CheckpointStore, run_fingerprint
 from trainer.config import TrainConfig
@@ -50,6 +51,7 @@ from trainer.device import (
     reset_peak_memory,
     resolve_device,
 )
+from trainer.distributed import world_size
 from trainer.result import TrainResult
 from trainer.task import Task, TaskFactory
 from trainer.train_state import CHECKPOINT_FORMAT, RngState, TrainState
@@ -172,7 +174,9 @@ def train(
             # Here, out of the except block, the traceback and its frames (which hold the
             # model, the optimizer and the batch) are gone, so their memory can be released.
             _release_memory(where)
-            decision = fit.after_out_of_memory(out_of_memory, batch_size)
+            # The ranks of a data-parallel run cannot retry alone: that attempt ends there.
+            alone = world_size() == 1
+            decision = fit.after_out_of_memory(out_of_memory, batch_size) if alone else None
             if decision is None:
                 result.status = "failed"
                 result.reason = (
@@ -256,7 +260,7 @@ def _fit(
     optimizer_steps = 0
     losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
     if state is not None and saved is not None:
-        model.load_state_dict(state["model"])
+        accelerator.unwrap_model(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if accelerator.scaler is not None and state["scaler"] is not None:
@@ -271,6 +275,10 @@ def _fit(
         log.info(
             "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
         )
+    if accelerator.num_processes > 1:
+        # Ranks start from one RNG state (the seed, or rank 0's checkpoint); each then draws its
+        # own dropout masks. The weights stay one: DDP broadcasts rank 0's when it wraps them.
+        torch.manual_seed(int(torch.randint(2**62, (1,))) + accelerator.process_index)
     # The result shares these lists, so it holds the history however the run ends.
     result.metrics, result.train_losses = metrics, train_losses
 
@@ -283,7 +291,7 @@ def _fit(
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
-            "model": model.state_dict(),
+            "model": accelerator.unwrap_model(model).state_dict(),  # without DDP's "module."
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
@@ -329,7 +337,9 @@ def _fit(
                 order = data.order(epoch)
             model.train()
             first_step = step
-            for step, batch in data.steps(order, micro_batches, start=first_step):
+            # In a data-parallel run (trainer.distributed) each rank takes its share of a step.
+            shard = (accelerator.process_index, accelerator.num_processes)
+            for step, batch in data.steps(order, micro_batches, start=first_step, shard=shard):
                 # Between two optimizer steps no gradient is half accumulated: the one place
                 # where a checkpoint is complete and the run can stop.
                 preempted = any(event.is_set() for event in stops)
@@ -491,6 +501,9 @@ def _fresh_accelerator(precision: str, grad_accum_steps: int, device: torch.devi
         gradient_accumulation_steps=grad_accum_steps,
         cpu=device.type == "cpu",
         device_placement=False,  # the trainer places model and data itself (data only once)
+        # A step's batch is split over the ranks of a data-parallel run (TrainData.steps), so
+        # the scheduler steps once per optimizer step, not once per rank.
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
 
 
