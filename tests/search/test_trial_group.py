@@ -129,7 +129,10 @@ def test_two_ranks_train_the_steps_one_process_trains(
     assert [end["status"] for end in ddp["rank_ends"]] == ["completed", "completed"]
     single, double = one_process["checkpoint"], model_of(tmp_path / "ckpt")
     # Same number of optimizer steps, and the schedule stepped once per step (not per rank).
-    assert double["train_state"]["optimizer_steps"] == single["train_state"]["optimizer_steps"]
+    assert (
+        double["train_state"]["loop"]["optimizer_steps"]
+        == single["train_state"]["loop"]["optimizer_steps"]
+    )
     assert double["scheduler"]["last_epoch"] == single["scheduler"]["last_epoch"]
     # The gradient of the whole step, averaged over the ranks: the same weights.
     assert_same_weights(double["model"], single["model"])
@@ -172,7 +175,7 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(
     assert outcome.status == "preempted", outcome.reason
     ends = outcome.user_attrs["data_parallel"]["rank_ends"]
     assert [e["status"] for e in ends] == ["preempted", "preempted"]
-    assert model_of(tmp_path / "ckpt")["train_state"]["epoch"] == 1
+    assert model_of(tmp_path / "ckpt")["train_state"]["loop"]["epoch"] == 1
 
     config = load_config(write_config(tmp_path))
     resumed = train(
