@@ -62,6 +62,8 @@ def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOut
         attrs["memory_check"] = memory_check
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
+    if result.notes:
+        attrs["notes"] = list(result.notes)
     unreadable = getattr(run.checkpoints, "unreadable", None)
     if unreadable:
         attrs["checkpoint_unreadable"] = unreadable

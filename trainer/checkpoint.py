@@ -11,7 +11,7 @@ What a checkpoint holds (written by ``trainer.loop``), split by concern as in to
      "model": ..., "optimizer": ..., "scheduler": ..., "scaler": ... | None,
      "train_state": {"epoch", "step", "optimizer_steps", "metrics", ...},
      "data": {"order": permutation | None},     # the epoch's data order, for a mid-epoch resume
-     "rng": {"python", "numpy", "torch", "cuda"}}
+     "rng": {"python", "numpy", "torch", "cuda_device"}}   # cuda_device: the run's GPU only
 
 Everything in it is a tensor or a plain container of numbers and strings, so it loads with
 ``weights_only=True``: a checkpoint that needs arbitrary unpickling is refused, never executed.

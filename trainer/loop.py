@@ -51,6 +51,7 @@ from trainer.device import (
     resolve_device,
 )
 from trainer.result import TrainResult
+from trainer.rng import rng_state, set_rng_state
 from trainer.task import Task, TaskFactory
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
@@ -266,7 +267,10 @@ def _fit(
         metrics, train_losses = list(train_state["metrics"]), list(train_state["train_losses"])
         losses.sum, losses.count = train_state["loss_sum"], train_state["loss_count"]
         order = state["data"]["order"]
-        _set_rng_state(state["rng"])
+        not_restored = set_rng_state(state["rng"], device)
+        if not_restored is not None:
+            result.notes.append(f"resumed: {not_restored}")
+            log.warning("resumed: %s", not_restored)
         result.resumed_from = {"epoch": epoch, "step": step}
         log.info(
             "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
@@ -301,7 +305,7 @@ def _fit(
                 "precision": result.precision,
             },
             "data": {"order": order},
-            "rng": _rng_state(),
+            "rng": rng_state(device),
         }
         try:
             result.checkpoint_bytes = checkpoints.save(checkpoint)
@@ -586,41 +590,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # every device's generator
-
-
-def _rng_state() -> dict[str, Any]:
-    """Every RNG the run draws from, in weights_only-loadable form (no numpy arrays)."""
-    version, internal, gauss = random.getstate()
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": [
-            name,
-            torch.from_numpy(keys.astype(np.int64)),
-            position,
-            has_gauss,
-            cached_gaussian,
-        ],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state(
-        (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
-    )
-    torch.set_rng_state(state["torch"])
-    # A checkpoint from a machine with other GPUs (or none) restores the CPU generators only.
-    if (
-        state["cuda"]
-        and torch.cuda.is_available()
-        and len(state["cuda"]) == torch.cuda.device_count()
-    ):
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @contextlib.contextmanager

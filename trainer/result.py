@@ -55,6 +55,10 @@ class TrainResult:
     """{"epoch": completed epochs, "step": step within the next epoch} of the checkpoint this
     call resumed from (of its last attempt, if it had to adapt), or None."""
 
+    notes: list[str] = field(default_factory=list)
+    """Things about the run a user should know that did not stop it, one line each (e.g. a
+    resume that could not restore the GPU's random generator)."""
+
     reason: str | None = None
     """Why the run diverged, failed or could not checkpoint when preempted: one line."""
 
