@@ -3,8 +3,9 @@
 `_fit` is the training loop, one function read top to bottom: build the task, resume from the
 checkpoint if it is this run's, then epochs of optimizer steps, each ending with validate ->
 checkpoint -> report. Accelerate does mixed precision and gradient accumulation. `train` wraps
-it with what ends an attempt: an out-of-memory error (adapt, then resume), a non-finite loss
-(diverged), any other error (failed), SIGTERM or `stop` (checkpoint, preempted).
+it with what ends an attempt: an out-of-memory error in a training step (adapt, then resume),
+a non-finite loss (diverged), a CUDA error (device_error), any other error (failed), SIGTERM
+or `stop` (checkpoint, preempted).
 
 Example::
 
@@ -50,6 +51,7 @@ from trainer.device import (
     reset_peak_memory,
     resolve_device,
 )
+from trainer.faults import classify
 from trainer.result import TrainResult
 from trainer.rng import rng_state, set_rng_state
 from trainer.task import Task, TaskFactory
@@ -76,6 +78,8 @@ LOSS_CHECK_EVERY_ON_GPU = 16
 the GPU; doing it every step would drain the kernel queue each time. A diverged run on a GPU so
 stops within this many micro-batches; on the CPU, which runs synchronously, it stops at once."""
 CHECKPOINT_FORMAT = 1
+TRAIN_STEP = "in a training step"
+"""`_MemoryFit.phase` during training steps: the only place where out of memory is adapted to."""
 
 ProgressFn = Callable[[int, int, int, float], None]
 """Called after each optimizer step with (epoch, step, steps_per_epoch, loss), epoch and step
@@ -111,7 +115,13 @@ def train(
         progress: see `ProgressFn` (the command line draws its progress bar with it).
 
     Raises only KeyboardInterrupt (and whatever a chained SIGTERM handler raises); everything
-    else is a status in the result: completed, pruned, diverged, failed or preempted.
+    else is a status in the result: completed, pruned, diverged, failed, preempted, or
+    device_error (a CUDA error: train nothing more in this process).
+
+    Out of memory in a training step is adapted to (gradient checkpointing, then half the
+    micro-batch, same effective batch) and the run resumes; out of memory anywhere else
+    (building the task, preloading the data, moving the model, validation) fails the run
+    with where it happened. Peak memory is counted per attempt: the result has the last one's.
     """
     started = time.perf_counter()
     result = TrainResult(
@@ -131,7 +141,6 @@ def train(
     if decision not in _LOGGED_PRECISIONS:
         _LOGGED_PRECISIONS.add(decision)
         log.info("precision %s (%s)", *decision)
-    reset_peak_memory(where)
     fit = _MemoryFit(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
         grad_checkpointing=config.grad_checkpointing,
@@ -144,6 +153,7 @@ def train(
     with _sigterm_flag() as sigterm:
         stops = [event for event in (stop, sigterm) if event is not None]
         while True:
+            reset_peak_memory(where)  # per attempt: the result reports the last attempt's peak
             out_of_memory = None
             try:
                 result.status = _fit(
@@ -158,21 +168,35 @@ def train(
                     stops=stops,
                     progress=progress,
                 )
-            except torch.OutOfMemoryError as exc:
-                out_of_memory = _first_line(exc)
             except _Diverged as exc:
                 result.status, result.reason = "diverged", str(exc)
                 log.warning("diverged: %s", exc)
             except Exception as exc:  # the task's code (or ours): the trial fails, not the worker
-                result.status = "failed"
-                result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
-                result.traceback = traceback.format_exc()
-                log.error("failed: %s", result.reason)
+                fault = classify(exc)
+                if fault == "out_of_memory":
+                    out_of_memory = _first_line(exc)
+                else:
+                    # A CUDA error leaves the process's context unusable: "device_error" tells
+                    # the caller to stop training in this process (see trainer.faults).
+                    result.status = "device_error" if fault == "device_error" else "failed"
+                    result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                    result.traceback = traceback.format_exc()
+                    log.error("%s: %s", result.status.replace("_", " "), result.reason)
             if out_of_memory is None:
                 break
             # Here, out of the except block, the traceback and its frames (which hold the
             # model, the optimizer and the batch) are gone, so their memory can be released.
             _release_memory(where)
+            if fit.phase != TRAIN_STEP:
+                # A smaller micro-batch shrinks the training step only: out of memory anywhere
+                # else (the data, the model, validation's outputs) would fail the same way.
+                result.status = "failed"
+                result.reason = (
+                    f"out of memory {fit.phase} ({out_of_memory}); the micro-batch is not what "
+                    "does not fit, so it was not reduced"
+                )
+                log.error("failed: %s", result.reason)
+                break
             decision = fit.after_out_of_memory(out_of_memory, batch_size)
             if decision is None:
                 result.status = "failed"
@@ -185,13 +209,14 @@ def train(
                 break
             then = "resuming from the last checkpoint" if checkpoints is not None else "restarting"
             log.warning("%s; %s", decision, then)
-    if where.type == "cuda":
-        _release_memory(where)  # for the next trial in this process
     result.adapted = list(fit.adapted)
     result.grad_accum_steps = fit.grad_accum_steps
     result.grad_checkpointing = fit.grad_checkpointing
+    if result.status != "device_error":  # no CUDA call can succeed in this process any more
+        result.peak_memory_bytes, result.peak_memory_kind = peak_memory(where)
+        if where.type == "cuda":
+            _release_memory(where)  # for the next trial in this process
     result.wall_seconds = time.perf_counter() - started
-    result.peak_memory_bytes, result.peak_memory_kind = peak_memory(where)
     return result
 
 
@@ -211,10 +236,12 @@ def _fit(
     """One attempt at the run, from its checkpoint if it has one; returns the final status."""
     # The seed fixes the initial weights, dropout and (with the epoch) the data order.
     _seed_everything(config.seed)
+    fit.phase = "while building the task"
     task: Task = task_factory(dict(params))
     lr = float(params.get("lr", DEFAULT_LR))
     weight_decay = float(params.get("weight_decay", DEFAULT_WEIGHT_DECAY))
     batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
+    fit.phase = "while preloading the data"
     data = TrainData(task.train_set, batch_size=batch_size, device=device, seed=config.seed)
     val_tensors = preload(task.val_set, device)
     result.data_fingerprint, result.steps_per_epoch = data.fingerprint, data.steps_per_epoch
@@ -241,6 +268,7 @@ def _fit(
             f"grad_accum_steps = {micro_batches}"
         )
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
+    fit.phase = "while moving the model to the device"
     model.to(device)
     optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -256,6 +284,7 @@ def _fit(
     optimizer_steps = 0
     losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
     if state is not None:
+        fit.phase = "while resuming from the checkpoint"
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -284,6 +313,7 @@ def _fit(
         if checkpoints is None:
             return False
         last_save = time.monotonic()
+        phase, fit.phase = fit.phase, "while checkpointing"
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
@@ -310,6 +340,8 @@ def _fit(
         try:
             result.checkpoint_bytes = checkpoints.save(checkpoint)
         except Exception as exc:  # e.g. a shared store briefly unreachable: costs one interval
+            if classify(exc) is not None:
+                raise  # the device's fault, not the store's
             log.warning(
                 "checkpoint at epoch %d step %d not saved (%s: %s); training goes on",
                 epoch,
@@ -318,6 +350,8 @@ def _fit(
                 _first_line(exc),
             )
             return False
+        finally:
+            fit.phase = phase
         result.checkpoint_seconds = time.monotonic() - last_save
         return True
 
@@ -332,6 +366,7 @@ def _fit(
             if order is None:
                 order = data.order(epoch)
             model.train()
+            fit.phase = TRAIN_STEP
             first_step = step
             for step, batch in data.steps(order, micro_batches, start=first_step):
                 # Between two optimizer steps no gradient is half accumulated: the one place
@@ -361,6 +396,7 @@ def _fit(
                 if progress is not None:
                     progress(epoch + 1, step + 1, data.steps_per_epoch, losses.last)
             losses.check()
+            fit.phase = "in validation"
             batches = eval_batches(
                 task.val_set, val_tensors, batch_size=eval_batch_size, device=device
             )
@@ -368,6 +404,7 @@ def _fit(
             metrics.append(metric)
             train_losses.append(losses.end_epoch())
             epoch, step, order = epoch + 1, 0, None
+            fit.phase = "after validation"
             log.debug("epoch %d: metric %.4f, train loss %.4f", epoch, metric, train_losses[-1])
             save_checkpoint()
             if report is not None and report(epoch, metric):
@@ -391,6 +428,8 @@ class _MemoryFit:
     """Each decision, in words, oldest first (TrainResult.adapted)."""
     model_can_checkpoint: bool = False
     """Whether the model has a gradient checkpointing switch (known once it is built)."""
+    phase: str = "while building the task"
+    """Where the attempt is, in words that follow "out of memory" (TRAIN_STEP in a step)."""
 
     def after_out_of_memory(self, error: str, batch_size: int) -> str | None:
         """Adapt for the next attempt and return the decision, or None if nothing is left.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 __all__ = ["Status", "TrainResult"]
 
-Status = Literal["completed", "pruned", "diverged", "failed", "preempted"]
+Status = Literal["completed", "pruned", "diverged", "failed", "preempted", "device_error"]
 
 
 @dataclass(kw_only=True)
@@ -20,7 +20,9 @@ class TrainResult:
 
     status: Status
     """completed | pruned (report returned True) | diverged (non-finite loss) | failed (an error,
-    see `reason` and `traceback`) | preempted (SIGTERM or `stop`: checkpointed, resume later)."""
+    see `reason` and `traceback`) | preempted (SIGTERM or `stop`: checkpointed, resume later) |
+    device_error (a CUDA error: this process's CUDA context is unusable, so nothing more can
+    train in it; see ``trainer.faults``)."""
 
     metrics: list[float] = field(default_factory=list)
     """The validation metric after each epoch: index 0 is epoch 1."""
