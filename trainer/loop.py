@@ -15,8 +15,9 @@ Example::
                    checkpoints=DirectoryCheckpointStore("checkpoints/trial-0"))
     print(result.status, result.metrics)   # run it again: it resumes, re-reports epoch 3, done
 
-Caveat: accelerate keeps its state in process-wide singletons, which `train` resets when it
-starts: run one `train` at a time in a process (a worker runs its trials one after another).
+Caveat: accelerate keeps its state in process-wide singletons, which `train` resets (all but
+the process's device set-up) when it starts: run one `train` at a time in a process (a worker
+runs its trials one after another).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ import accelerate.optimizer
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 
+from trainer.accelerate_env import accelerator_for_trial
 from trainer.checkpoint import CheckpointError, CheckpointStore, run_fingerprint
 from trainer.config import TrainConfig
 from trainer.data import TrainData, eval_batches, preload
@@ -270,11 +271,15 @@ def _fit(
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
     fit.phase = "while moving the model to the device"
     model.to(device)
-    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay)
+    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)
     )
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    # The scheduler is stepped here, once per optimizer step whether or not fp16's loss scaler
+    # skipped it: the schedule follows the data and ends at 0 (accelerate's wrapper would skip
+    # it after an overflow, so the two drift apart).
+    model, optimizer = accelerator.prepare(model, optimizer)
+    skipped = _SkippedSteps(accelerator.scaler)
     eval_batch_size = math.ceil(batch_size / micro_batches)  # what fits for training fits here
 
     # Loop state: `epoch` epochs are done, `step` is the next step of epoch `epoch` (0-based).
@@ -293,6 +298,7 @@ def _fit(
         train_state = state["train_state"]
         epoch, step = train_state["epoch"], train_state["step"]
         optimizer_steps = train_state["optimizer_steps"]
+        skipped.total = train_state.get("skipped_steps", 0)
         metrics, train_losses = list(train_state["metrics"]), list(train_state["train_losses"])
         losses.sum, losses.count = train_state["loss_sum"], train_state["loss_count"]
         order = state["data"]["order"]
@@ -325,6 +331,7 @@ def _fit(
                 "epoch": epoch,
                 "step": step,
                 "optimizer_steps": optimizer_steps,
+                "skipped_steps": skipped.read(),
                 "metrics": metrics,
                 "train_losses": train_losses,
                 "loss_sum": losses.sum,
@@ -387,10 +394,13 @@ def _fit(
                     with accelerator.accumulate(model):
                         loss = task.loss_fn(model(inputs), targets)
                         accelerator.backward(loss if weight == 1.0 else loss * weight)
-                        optimizer.step()  # accelerate skips these until the last micro-batch
-                        scheduler.step()  # (the scheduler also after an fp16 overflow)
+                        if accelerator.sync_gradients:
+                            skipped.before_step()
+                        optimizer.step()  # accelerate skips it until the last micro-batch
                         optimizer.zero_grad(set_to_none=True)
                     if accelerator.sync_gradients:
+                        scheduler.step()
+                        skipped.after_step()
                         optimizer_steps += 1
                     losses.add(loss, epoch, step)
                 if progress is not None:
@@ -413,7 +423,9 @@ def _fit(
         return "completed"
     finally:
         result.optimizer_steps = optimizer_steps
-        result.scheduler_steps = scheduler.scheduler.last_epoch
+        result.scheduler_steps = scheduler.last_epoch
+        with contextlib.suppress(Exception):  # after a CUDA error the count is lost, not needed
+            result.skipped_steps = skipped.read()
 
 
 @dataclass(kw_only=True)
@@ -469,6 +481,37 @@ class _MemoryFit:
             self.adapted.append(decision)
 
 
+class _SkippedSteps:
+    """fp16 optimizer steps that the loss scaler skipped after a gradient overflow.
+
+    Counted on the device, with no host sync: the scaler lowers its scale exactly when it skips
+    a step, so a step was skipped when the scale after it is below the scale before. Read (one
+    sync) at checkpoints and at the end. Nothing to count without a scaler (bf16, fp32).
+    """
+
+    def __init__(self, scaler: torch.amp.GradScaler | None) -> None:
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self.total = 0
+        self._pending: torch.Tensor | None = None
+        self._before: torch.Tensor | None = None
+
+    def before_step(self) -> None:
+        if self.scaler is not None:
+            self._before = self.scaler._get_scale_async().clone()
+
+    def after_step(self) -> None:
+        if self.scaler is None or self._before is None:
+            return
+        skipped = (self.scaler._get_scale_async() < self._before).int()
+        self._pending = skipped if self._pending is None else self._pending + skipped
+
+    def read(self) -> int:
+        if self._pending is not None:
+            self.total += int(self._pending.item())
+            self._pending = None
+        return self.total
+
+
 class _Diverged(Exception):
     """A non-finite loss: the message says where and what value."""
 
@@ -515,30 +558,21 @@ class _LossWatch:
 
 
 def _fresh_accelerator(precision: str, grad_accum_steps: int, device: torch.device) -> Accelerator:
-    # AcceleratorState and GradientState are process-wide singletons, and AcceleratorState
-    # refuses a second Accelerator with another mixed precision. A worker trains many trials
-    # in one process, each with its own precision and accumulation, so each starts from a clean
-    # state (the reset accelerate's own test suite does between tests).
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    # A worker trains many trials in one process, each with its own precision and accumulation:
+    # each gets a fresh accelerator, built so that the environment cannot override either
+    # (see trainer.accelerate_env).
     # AcceleratedOptimizer.step asks importlib whether the `lomo_optim` package is installed,
     # twice per call and uncached (accelerate 1.x): ~60 µs a step, 5% of a small model's step
     # on a CPU. Whether a package is installed does not change during a run: ask once.
     check = getattr(accelerate.optimizer, "is_lomo_available", None)
     if check is not None and not hasattr(check, "cache_info"):
         accelerate.optimizer.is_lomo_available = functools.cache(check)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # accelerate uses the current device for autocast and scaler
-    return Accelerator(
-        mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
-        gradient_accumulation_steps=grad_accum_steps,
-        cpu=device.type == "cpu",
-        device_placement=False,  # the trainer places model and data itself (data only once)
-    )
+    mixed_precision = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision]
+    return accelerator_for_trial(mixed_precision, grad_accum_steps, device)
 
 
 def _make_optimizer(
-    name: str, model: torch.nn.Module, lr: float, weight_decay: float
+    name: str, model: torch.nn.Module, lr: float, weight_decay: float, device: torch.device
 ) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(
@@ -548,7 +582,11 @@ def _make_optimizer(
             nesterov=True,
             weight_decay=weight_decay,
         )
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    # Fused on CUDA: one kernel for all parameters, and with fp16 it reads the loss scaler's
+    # overflow flag on the device instead of making the CPU wait for it.
+    return torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=weight_decay, fused=device.type == "cuda"
+    )
 
 
 def _warmup_cosine(total_steps: int) -> Callable[[int], float]:

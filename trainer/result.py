@@ -71,10 +71,16 @@ class TrainResult:
     """A stable hash of the training data (see ``trainer.data.fingerprint``)."""
 
     optimizer_steps: int = 0
-    """Optimizer steps taken over the whole run (counted with accelerate's sync_gradients)."""
+    """Optimizer steps over the whole run (counted with accelerate's sync_gradients), including
+    those fp16's loss scaler skipped (`skipped_steps`)."""
 
     scheduler_steps: int = 0
-    """Learning-rate scheduler steps over the whole run (the scheduler's own count)."""
+    """Learning-rate scheduler steps over the whole run (the scheduler's own count): one per
+    optimizer step, skipped or not, so the schedule follows the data and ends at 0."""
+
+    skipped_steps: int = 0
+    """fp16 only: optimizer steps skipped after a gradient overflow (inf/NaN in the scaled
+    gradients; mostly the first steps, while the loss scale settles). 0 with bf16 and fp32."""
 
     steps_per_epoch: int = 0
     """Optimizer steps in one epoch."""
