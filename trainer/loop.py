@@ -602,15 +602,29 @@ def _warmup_cosine(total_steps: int) -> Callable[[int], float]:
     return factor
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, Any]]) -> float:
-    """The task's metric over the whole validation set's outputs at once."""
+    """The task's metric on the validation set.
+
+    A streaming metric (a torchmetrics ``Metric``, or anything with reset/update/compute) sees
+    one batch at a time, so no more than a batch of outputs is ever held; a plain function gets
+    the whole set's outputs at once (simple, but they must all fit on the device).
+    """
     model.eval()
+    metric = task.metric_fn
+    if all(hasattr(metric, name) for name in ("reset", "update", "compute")):
+        metric.reset()
+        for inputs, target in batches:
+            outputs = model(inputs)
+            if hasattr(metric, "to"):
+                metric.to(outputs.device)  # a no-op after the first batch
+            metric.update(outputs, target)
+        return float(metric.compute())
     outputs, targets = [], []
     for inputs, target in batches:
         outputs.append(model(inputs))
         targets.append(target)
-    return float(task.metric_fn(torch.cat(outputs), torch.cat(targets)))
+    return float(metric(torch.cat(outputs), torch.cat(targets)))
 
 
 def _set_grad_checkpointing(model: torch.nn.Module, on: bool) -> bool:
