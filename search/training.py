@@ -52,6 +52,7 @@ def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOut
         "device_name": result.device_name,
         "precision": result.precision,
         "precision_reason": result.precision_reason,
+        "device_settings": result.device_settings,
         "data_fingerprint": result.data_fingerprint,
         "epochs_trained": result.epochs_run,
         "wall_seconds": round(result.wall_seconds, 3),

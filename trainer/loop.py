@@ -53,6 +53,7 @@ from trainer.device import (
     resolve_device,
 )
 from trainer.faults import classify
+from trainer.gpu_settings import apply_gpu_settings
 from trainer.result import TrainResult
 from trainer.rng import rng_state, set_rng_state
 from trainer.task import Task, TaskFactory
@@ -60,7 +61,6 @@ from trainer.task import Task, TaskFactory
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
 
 log = logging.getLogger("trainer")
-_LOGGED_PRECISIONS: set[tuple[str, str]] = set()
 
 DEFAULT_LR = 1e-3
 """Peak learning rate when params have no "lr"."""
@@ -137,11 +137,10 @@ def train(
         return result
     result.device_name = device_name(where)
     result.precision, result.precision_reason = choose_precision(config.precision, where)
-    # Logged once per process and decision: a worker runs many trials with the same choice.
-    decision = (result.precision, result.precision_reason)
-    if decision not in _LOGGED_PRECISIONS:
-        _LOGGED_PRECISIONS.add(decision)
-        log.info("precision %s (%s)", *decision)
+    result.device_settings = apply_gpu_settings(where, result.precision, config.deterministic)
+    log.info(
+        "precision %s (%s); %s", result.precision, result.precision_reason, result.device_settings
+    )
     fit = _MemoryFit(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
         grad_checkpointing=config.grad_checkpointing,
@@ -296,6 +295,13 @@ def _fit(
         if accelerator.scaler is not None and state["scaler"] is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
         train_state = state["train_state"]
+        if train_state["precision"] != result.precision:  # e.g. auto: bf16 GPU, then an fp16 one
+            switched = (
+                f"resumed: precision {train_state['precision']} before, {result.precision} now "
+                f"({result.precision_reason}): the run's numerics changed at the resume"
+            )
+            result.notes.append(switched)
+            log.warning("%s", switched)
         epoch, step = train_state["epoch"], train_state["step"]
         optimizer_steps = train_state["optimizer_steps"]
         skipped.total = train_state.get("skipped_steps", 0)
@@ -674,7 +680,10 @@ def _task_id(task_factory: TaskFactory) -> str:
 
 def _config_identity(config: TrainConfig) -> dict[str, Any]:
     """The config fields that change the run's result (how often it checkpoints does not)."""
-    return {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
+    identity = {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
+    if not config.deterministic:
+        del identity["deterministic"]  # checkpoints written before the option keep resuming
+    return identity
 
 
 def _seed_everything(seed: int) -> None:

@@ -36,6 +36,10 @@ class TrainResult:
     precision_reason: str = ""
     """Why that precision, in words (e.g. "auto on the CPU: fp32 ...")."""
 
+    device_settings: str = ""
+    """The numerics switches set on the device, in words (TF32, cuDNN benchmark or deterministic;
+    see ``trainer.gpu_settings``)."""
+
     device_name: str = ""
     """"cpu" or the GPU's name."""
 

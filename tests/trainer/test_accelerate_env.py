@@ -83,3 +83,15 @@ def test_adamw_is_fused_on_cuda(device: str, fused: bool) -> None:
     model = torch.nn.Linear(4, 2)
     optimizer = _make_optimizer("adamw", model, 1e-3, 0.0, torch.device(device))
     assert bool(optimizer.defaults["fused"]) is fused
+
+
+def test_settings_are_stated_once_per_trial_with_the_precision(caplog: Any) -> None:
+    for deterministic in (False, True):
+        with caplog.at_level(logging.INFO, logger="trainer"):
+            caplog.clear()
+            config = TrainConfig(epochs=1, deterministic=deterministic)
+            result = train(ToyTask(), {}, config, device="cpu")
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("precision")]
+        assert lines == [f"precision fp32 ({result.precision_reason}); {result.device_settings}"]
+        assert result.device_settings.startswith("cpu: deterministic kernels")
+        assert torch.are_deterministic_algorithms_enabled() is deterministic

@@ -163,3 +163,20 @@ def test_peak_memory_is_that_of_the_last_attempt(monkeypatch: Any) -> None:
     assert result.status == "completed" and result.grad_accum_steps == 2
     assert result.peak_memory_bytes == 16  # not the failed attempts' 32
     assert result.peak_memory_kind == "fake_peak"
+
+
+def test_gpu_settings_policy_on_a_cuda_device_object() -> None:
+    # torch.backends switches can be set without a GPU: the policy itself is checked here.
+    from trainer.gpu_settings import apply_gpu_settings
+
+    try:
+        fast = apply_gpu_settings(torch.device("cuda", 0), "bf16", deterministic=False)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.benchmark
+        assert "TF32 on" in fast and "benchmark on" in fast
+        exact = apply_gpu_settings(torch.device("cuda", 0), "fp32", deterministic=True)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.benchmark
+        assert torch.backends.cudnn.deterministic and torch.are_deterministic_algorithms_enabled()
+        assert "TF32 off" in exact and "deterministic" in exact
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = torch.backends.cudnn.benchmark = False

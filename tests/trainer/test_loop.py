@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import ToyTask, assert_same_weights, weights
-from trainer import DirectoryCheckpointStore, TrainConfig, loop, train
+from trainer import DirectoryCheckpointStore, TrainConfig, train
 from trainer.tasks.digits import make_task as digits
 
 DIGITS = {"lr": 3e-3, "batch_size": 64, "width": 8, "dropout": 0.1}
@@ -200,17 +200,16 @@ def test_bf16_on_cpu_runs_the_forward_pass_under_autocast() -> None:
 @pytest.mark.parametrize(("requested", "reason"), [("fp16", "needs a CUDA GPU"), ("auto", "CPU")])
 def test_fp16_and_auto_fall_back_to_fp32_on_cpu(requested: str, reason: str, caplog: Any) -> None:
     task = ToyTask()
-    loop._LOGGED_PRECISIONS.clear()
     with caplog.at_level(logging.INFO, logger="trainer"):
-        for _ in range(2):  # a worker trains many trials: the decision is logged once
+        for _ in range(2):  # stated once per trial, with the device settings
             result = train(
                 task, _params(), TrainConfig(epochs=1, precision=requested), device="cpu"
             )
     assert result.precision == "fp32" and reason in result.precision_reason
     assert set(task.models[0].autocast_dtypes) == {None}
     assert [r.message for r in caplog.records].count(
-        f"precision fp32 ({result.precision_reason})"
-    ) == 1
+        f"precision fp32 ({result.precision_reason}); {result.device_settings}"
+    ) == 2
 
 
 def test_many_runs_in_one_process_with_different_precision_and_accumulation() -> None:
