@@ -29,6 +29,7 @@ from search.dashboard import serve as serve_dashboard
 from search.errors import RuntimeFailure
 from search.estimate import run_estimate
 from search.fleet import delete_study, format_workers, list_workers, workers_json
+from search.local_gpus import CHILD_RESTARTS, ChildPlan, child_plans, restart_delay
 from search.migrate import check_schema, upgrade
 from search.preflight import check_device, check_task
 from search.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
@@ -378,7 +379,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
-        code = _run_worker_processes(url, study.name, devices, options)
+        on_gpus = all(d.startswith("cuda") for d in devices)
+        code = _run_worker_processes(url, study.name, devices, options, restart_failed=on_gpus)
     _print_summary(storage, study.name)
     return code
 
@@ -399,8 +401,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     for device in devices:
         _check_devices(device, options.gpus_per_trial)
     logger.info("task %r: %s", study.config.task.name, task)
-    if len(devices) > 1:
-        return _run_worker_processes(url, study.name, devices, options)
+    if args.gpus == "all":  # even with one GPU: its child is restarted after a CUDA error
+        return _run_worker_processes(url, study.name, devices, options, restart_failed=True)
     return _run_worker(storage, study.name, devices[0], options)
 
 
@@ -577,49 +579,89 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
 
 
 def _run_worker_processes(
-    url: str, study_name: str, devices: list[str], options: _WorkerOptions
+    url: str,
+    study_name: str,
+    devices: list[str],
+    options: _WorkerOptions,
+    *,
+    restart_failed: bool = False,
 ) -> int:
     """One child process per device; the storage URL travels in the environment, never argv
-    (where `ps` would show its password)."""
-    children: list[subprocess.Popen[str]] = []
-    cpu_workers = sum(d == "cpu" for d in devices)
-    for device in devices:
-        # This process draws the one progress line; the workers only log.
-        env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
-        if device.startswith("cuda:"):
-            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-            device = "cuda:0"
-        elif cpu_workers > 1:
-            # Several CPU workers share the cores: without this each would use all of them.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_workers))
-        cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
-        cmd += ["--device", device, *options.argv()]
-        children.append(
-            subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1)
-        )
-    logger.info("started %d workers on %s", len(children), ", ".join(devices))
+    (where `ps` would show its password). With `restart_failed` (GPU workers), a child that
+    exits 1 is started again (see search.local_gpus)."""
+    # This process draws the one progress line; the workers only log.
+    env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
+    gpu_count = _gpu_count() if any(d.startswith("cuda") for d in devices) else 0
+    plans = child_plans(devices, env, gpu_count=gpu_count, cpu_count=os.cpu_count() or 1)
     lines: queue.Queue[str] = queue.Queue()
-    for child in children:
+
+    def start(plan: ChildPlan) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
+        cmd += ["--device", plan.device, *options.argv()]
+        child = subprocess.Popen(cmd, env=plan.env, stderr=subprocess.PIPE, text=True, bufsize=1)
         threading.Thread(target=_relay, args=(child, lines), daemon=True).start()
+        return child
+
+    children = [start(plan) for plan in plans]
+    restarts = [0] * len(plans)
+    restart_at: list[float | None] = [None] * len(plans)
+    ended = [False] * len(plans)
+    logger.info("started %d workers on %s", len(children), ", ".join(p.label for p in plans))
     progress = _StudyProgress(url, study_name) if sys.stderr.isatty() else None
+    stopping = False
 
     def forward(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    def supervise() -> None:
+        """Note the children that ended; restart those due (exit 1, within the budget)."""
+        for i, child in enumerate(children):
+            if ended[i] or child.poll() is None:
+                continue
+            if restart_at[i] is None:
+                delay = restart_delay(child.returncode, restarts[i]) if restart_failed else None
+                if delay is None or stopping:
+                    ended[i] = True
+                    if restart_failed and not stopping and restarts[i] == CHILD_RESTARTS:
+                        logger.error(
+                            "worker on %s ended (exit %d) after %d restarts: not restarted again",
+                            plans[i].label,
+                            child.returncode,
+                            restarts[i],
+                        )
+                    continue
+                restart_at[i] = time.monotonic() + delay
+                logger.warning(
+                    "worker on %s exited %d; starting a new one in %.0f s (restart %d of %d)",
+                    plans[i].label,
+                    child.returncode,
+                    delay,
+                    restarts[i] + 1,
+                    CHILD_RESTARTS,
+                )
+            elif stopping:
+                ended[i] = True
+            elif time.monotonic() >= restart_at[i]:
+                restart_at[i], restarts[i] = None, restarts[i] + 1
+                children[i] = start(plans[i])
+
     previous = signal.signal(signal.SIGTERM, forward)
     interrupted = False
     try:
-        while any(child.poll() is None for child in children) or not lines.empty():
+        while not all(ended) or not lines.empty():
             try:
                 line = lines.get(timeout=0.2)
             except queue.Empty:
                 line = None
             except KeyboardInterrupt:
                 # The terminal sent Ctrl-C to the children too; they checkpoint and hand back.
-                interrupted = True
+                interrupted = stopping = True
                 continue
+            supervise()
             if progress is not None:
                 progress.clear()
             if line is not None:

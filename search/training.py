@@ -60,6 +60,7 @@ def outcome_of(
         "device_name": result.device_name,
         "precision": result.precision,
         "precision_reason": result.precision_reason,
+        "device_settings": result.device_settings,
         "data_fingerprint": result.data_fingerprint,
         "epochs_trained": result.epochs_run,
         "wall_seconds": round(result.wall_seconds, 3),
@@ -70,6 +71,8 @@ def outcome_of(
         attrs["memory_check"] = memory_check
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
+    if result.notes:
+        attrs["notes"] = list(result.notes)
     unreadable = getattr(run.checkpoints, "unreadable", None)
     if unreadable:
         attrs["checkpoint_unreadable"] = unreadable

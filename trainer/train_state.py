@@ -10,68 +10,16 @@ checkpoint loads with ``torch.load(weights_only=True)``.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-__all__ = ["CHECKPOINT_FORMAT", "RngState", "TrainState"]
+__all__ = ["CHECKPOINT_FORMAT", "TrainState"]
 
 CHECKPOINT_FORMAT = 2
 """Layout of a whole checkpoint. 1: the loop state as one string-keyed dict (before TrainState);
 a checkpoint of another format is not resumed: the trial restarts from its start."""
-
-
-@dataclass
-class RngState:
-    """Every generator the run draws from: Python's, NumPy's global one, torch's CPU one and the
-    CUDA generators of the devices this process could see when it was saved."""
-
-    python: list[Any]
-    numpy: list[Any]
-    torch: torch.Tensor
-    cuda: list[torch.Tensor] = field(default_factory=list)
-
-    @classmethod
-    def capture(cls) -> RngState:
-        version, internal, gauss = random.getstate()
-        name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-        return cls(
-            python=[version, list(internal), gauss],
-            # NumPy's key array as a tensor: weights_only loading refuses numpy arrays.
-            numpy=[
-                name,
-                torch.from_numpy(keys.astype(np.int64)),
-                position,
-                has_gauss,
-                cached_gaussian,
-            ],
-            torch=torch.get_rng_state(),
-            cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-        )
-
-    def restore(self) -> None:
-        version, internal, gauss = self.python
-        random.setstate((version, tuple(internal), gauss))
-        name, keys, position, has_gauss, cached_gaussian = self.numpy
-        np.random.set_state(
-            (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
-        )
-        torch.set_rng_state(self.torch)
-        # A checkpoint from a machine with other GPUs (or none) restores the CPU generators only.
-        if self.cuda and torch.cuda.is_available() and len(self.cuda) == torch.cuda.device_count():
-            torch.cuda.set_rng_state_all(self.cuda)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"python": self.python, "numpy": self.numpy, "torch": self.torch, "cuda": self.cuda}
-
-    @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> RngState:
-        return cls(
-            python=state["python"], numpy=state["numpy"], torch=state["torch"], cuda=state["cuda"]
-        )
 
 
 @dataclass
@@ -82,6 +30,8 @@ class TrainState:
     epoch: int = 0
     step: int = 0
     optimizer_steps: int = 0
+    skipped_steps: int = 0
+    """fp16 optimizer steps the loss scaler skipped after an overflow (0 in other precisions)."""
     metrics: list[float] = field(default_factory=list)
     """Validation score of each finished epoch."""
     train_losses: list[float] = field(default_factory=list)
@@ -96,7 +46,8 @@ class TrainState:
     precision: str = "fp32"
     order: torch.Tensor | None = None
     """The current epoch's data order (None between epochs): a mid-epoch resume needs it."""
-    rng: RngState | None = None
+    rng: dict[str, Any] | None = None
+    """Every random generator the run draws from (trainer.rng.rng_state: the run's own GPU's)."""
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +55,7 @@ class TrainState:
                 "epoch": self.epoch,
                 "step": self.step,
                 "optimizer_steps": self.optimizer_steps,
+                "skipped_steps": self.skipped_steps,
                 "metrics": list(self.metrics),
                 "train_losses": list(self.train_losses),
                 "loss_sum": self.loss_sum,
@@ -116,7 +68,7 @@ class TrainState:
                 "precision": self.precision,
             },
             "data": {"order": self.order},
-            "rng": None if self.rng is None else self.rng.state_dict(),
+            "rng": self.rng,
         }
 
     @classmethod
@@ -126,6 +78,7 @@ class TrainState:
             epoch=int(loop["epoch"]),
             step=int(loop["step"]),
             optimizer_steps=int(loop["optimizer_steps"]),
+            skipped_steps=int(loop["skipped_steps"]),
             metrics=[float(v) for v in loop["metrics"]],
             train_losses=[float(v) for v in loop["train_losses"]],
             loss_sum=float(loop["loss_sum"]),
@@ -135,5 +88,5 @@ class TrainState:
             adapted=list(memory["adapted"]),
             precision=str(memory["precision"]),
             order=state["data"]["order"],
-            rng=None if state["rng"] is None else RngState.from_state_dict(state["rng"]),
+            rng=state["rng"],
         )
