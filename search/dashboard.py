@@ -85,6 +85,10 @@ class _ThreadedWSGIServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
 
+class _ThreadedWSGIServer6(_ThreadedWSGIServer):
+    address_family = socket.AF_INET6
+
+
 class GzipJson:
     """WSGI middleware: JSON and CSV answers gzip-compressed for clients that accept it.
 
@@ -210,9 +214,10 @@ class DashboardServer:
         bottle_app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
         self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
         app = GzipJson(bottle_app)
+        server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(
-                host, port, app, server_class=_ThreadedWSGIServer, handler_class=_QuietHandler
+                host, port, app, server_class=server_class, handler_class=_QuietHandler
             )
         except OSError as exc:  # in use, a host that is not this machine's, no such host
             raise StorageError(

@@ -9,7 +9,9 @@ the test's temporary directory (their paths are printed: `pytest -s` shows them)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -56,17 +58,23 @@ def browser() -> Iterator[Any]:
         "--no-sandbox",  # tests run as root in CI containers
         "--disable-dev-shm-usage",
         "--disable-gpu",
+        "--disable-crash-reporter",
         "--window-size=1400,1000",
     ):
         options.add_argument(argument)
-    service = Service(executable_path=CHROMEDRIVER)
+    # Its own process group: whatever the browser leaves behind is killed with it.
+    service = Service(executable_path=CHROMEDRIVER, popen_kw={"start_new_session": True})
     driver = webdriver.Chrome(service=service, options=options)
+    group = service.process.pid
     try:
         yield driver
     finally:
         # Headless renderers outlive a driver that is not quit, and eat the machine's cores.
-        driver.quit()
-        assert service.process is None or service.process.poll() is not None
+        try:
+            driver.quit()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
 
 
 def make_study(url: str, name: str, workdir: Path) -> int:
