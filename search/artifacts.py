@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -39,7 +38,7 @@ from search.db.tables import artifacts
 from search.errors import first_line
 from search.storage import Storage, StorageError, retry
 from search.study import StudyRef
-from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint import CheckpointStore, atomic_write
 
 __all__ = [
     "POINTER_ATTR",
@@ -134,18 +133,7 @@ class DirectoryArtifactStore(FileSystemArtifactStore):
         super().__init__(self.path)
 
     def write(self, artifact_id: str, content_body: BinaryIO) -> None:
-        target = self._get_filepath(artifact_id)
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(content_body, out, 1 << 20)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        atomic_write(Path(self._get_filepath(artifact_id)), content_body)
 
     def remove(self, artifact_id: str) -> None:
         with contextlib.suppress(FileNotFoundError, ArtifactNotFound):
@@ -203,7 +191,9 @@ class TrialCheckpoints(CheckpointStore):
         self.store, self.storage, self.claim = store, storage, claim
         self.before_publish = before_publish
         # Unique across databases: two studies sharing a directory never touch each other's.
-        self.prefix = f"ckpt-{study.uid}-{claim.number}-"
+        # Hex digits and dashes only: optuna-dashboard serves no other artifact ids.
+        self.prefix = f"{study.uid}-{claim.number}-"
+        self._legacy_prefix = f"ckpt-{study.uid}-{claim.number}-"  # before the dashboard
         self.filename = f"{study.name}-trial-{claim.number}-checkpoint.pt"
         self.unreadable: str | None = None
         """Why the stored checkpoint could not be read, if the trial had to start over."""
@@ -260,3 +250,4 @@ class TrialCheckpoints(CheckpointStore):
         remove_prefix = getattr(self.store, "remove_prefix", None)
         if remove_prefix is not None:
             remove_prefix(self.prefix)
+            remove_prefix(self._legacy_prefix)

@@ -18,29 +18,35 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from search.artifacts import artifact_store_for, existing_directory
 from search.config import ConfigError, StudyConfig, load_config
+from search.dashboard import host_name, port_number
+from search.dashboard import serve as serve_dashboard
 from search.errors import RuntimeFailure
 from search.estimate import run_estimate
 from search.fleet import delete_study, format_workers, list_workers, workers_json
+from search.local_gpus import CHILD_RESTARTS, ChildPlan, child_plans, restart_delay
 from search.migrate import check_schema, upgrade
 from search.preflight import check_device, check_task
 from search.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
-from search.sample_ahead import queue_first_trials
 from search.status import format_best, format_status, study_status
 from search.storage import Storage, StorageError, open_storage, resolve_url, retry
-from search.study import StudyRef, create_study, open_study
+from search.study import StudyRef, open_study
+from search.study_setup import set_up_study
 from search.training import run_training
 from search.trial_by_hand import try_config
+from search.trial_group import gpu_groups, group_label, run_trial_group, trial_devices
 from search.worker import DEFAULT_GRACE_S, Worker
 
 __all__ = ["entry_point", "main"]
 
 logger = logging.getLogger("hpsearch")
+
+T = TypeVar("T")
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -84,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     run.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
     run.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    run.add_argument("--gpus-per-trial", type=_positive_int, metavar="K", help=_PER_TRIAL_HELP)
 
     create = sub.add_parser("create", help="create the study (idempotent)")
     create.add_argument("config", help="study config (TOML)")
@@ -100,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
     worker.add_argument("--keep-checkpoints", action="store_true", help=keep_help)
     worker.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    worker.add_argument("--gpus-per-trial", type=_positive_int, metavar="K", help=_PER_TRIAL_HELP)
 
     try_ = sub.add_parser(
         "try",
@@ -131,6 +139,50 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--storage", help=storage_help)
     status.add_argument("--schema", help=schema_help)
     status.add_argument("--json", action="store_true", help="one JSON object")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="live: redrawn in place on a terminal (plain lines otherwise) until the study is "
+        "finished or Ctrl-C (exit 0 either way)",
+    )
+    status.add_argument(
+        "--interval",
+        type=_from_value_error(_refresh_seconds),
+        metavar="S",
+        help="seconds between refreshes with --watch (default: 2)",
+    )
+
+    dashboard = sub.add_parser(
+        "dashboard",
+        help="optuna-dashboard on the storage, with the trials' checkpoints and reports",
+        description="Serve optuna-dashboard on the study database, with the artifact store "
+        "the workers write (kept checkpoints and attached reports open from the page). It has "
+        "no authentication and can change and delete studies: it listens on 127.0.0.1 unless "
+        "--host says otherwise (and then warns); with a read-only database role it only shows. "
+        "Ctrl-C (or SIGTERM) stops it with exit code 0. Exit codes: 0 stopped, 2 bad input "
+        "(port, host, storage, unreachable database, missing --artifacts directory).",
+    )
+    dashboard.add_argument("--storage", help=storage_help)
+    dashboard.add_argument("--schema", help=schema_help)
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        type=_from_value_error(host_name),
+        help="address to listen on (default: 127.0.0.1, this machine only; any other warns "
+        "that the dashboard has no authentication)",
+    )
+    dashboard.add_argument(
+        "--port",
+        default=8080,
+        type=_from_value_error(port_number),
+        help="port to listen on (default: 8080; 0: any free port, printed)",
+    )
+    dashboard.add_argument(
+        "--artifacts",
+        help="the directory workers were given with --artifacts, where checkpoints and reports "
+        "are (default: $HPSEARCH_ARTIFACTS, else the PostgreSQL database itself, or "
+        "DB.artifacts/ beside a SQLite file)",
+    )
 
     migrate = sub.add_parser(
         "migrate",
@@ -205,12 +257,58 @@ def build_parser() -> argparse.ArgumentParser:
         default=10,
         help="timed optimizer steps per --measure row (default: 10)",
     )
+    _add_compare_parser(sub, storage_help, schema_help, artifacts_help)
     return parser
+
+
+def _add_compare_parser(sub: Any, storage_help: str, schema_help: str, artifacts_help: str) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="the same search under several strategies at one budget, K repeats each: a report",
+        description="For every sampler x pruner, K repeats of the study at a budget of N trials, "
+        "each an ordinary study named <name>-<sampler>[-<pruner>]-r<k>; then DIR/report.md, "
+        "DIR/report.html, DIR/summary.json and PNG plots. Run it again to finish what is "
+        "unfinished. The grid gets the points per parameter that fill the budget (9 -> 3 x 3); "
+        "[grid] points is not used.",
+    )
+    compare.add_argument("config", help="study config (TOML)")
+    compare.add_argument(
+        "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
+    )
+    compare.add_argument(
+        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+    )
+    compare.add_argument("--budget", type=_positive_int, required=True, help="trials per study")
+    compare.add_argument(
+        "--repeats", type=_positive_int, default=5, help="studies per strategy (default: 5)"
+    )
+    compare.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="local workers per study (default: one per GPU, else 1)",
+    )
+    compare.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    compare.add_argument(
+        "--target",
+        type=float,
+        help="score that counts as reached for 'epochs to target' (default: the 25th "
+        "percentile of all runs' final bests, pooled over every strategy)",
+    )
+    compare.add_argument("--storage", help=storage_help)
+    compare.add_argument("--schema", help=schema_help)
+    compare.add_argument("--artifacts", help=artifacts_help)
+    compare.add_argument("--grace-s", type=_grace_seconds, help=_GRACE_HELP)
+    compare.add_argument("--device-memory", metavar="SIZE", help=_DEVICE_MEMORY_HELP)
+    compare.set_defaults(keep_checkpoints=False)
 
 
 _DEVICE_MEMORY_HELP = (
     "memory of the device a trial trains on, e.g. 80GB (10^9 bytes) or 24GiB (2^30) "
     "(default: $HPSEARCH_DEVICE_MEMORY, else a GPU's free memory; a CPU has no limit)"
+)
+_PER_TRIAL_HELP = (
+    "train each trial data-parallel (DDP) on K GPUs, K processes (on a CPU: K processes, "
+    "gloo); with --gpus all the GPUs are grouped K per worker (default: 1)"
 )
 _GRACE_HELP = (
     "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
@@ -221,6 +319,7 @@ _GRACE_HELP = (
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # for the study's note
     except SystemExit as exc:  # --help, or a bad command line (already reported)
         return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
     _setup_logging(args.verbose)
@@ -261,7 +360,7 @@ def cmd_create(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     storage = open_storage(_storage_url(args), create=True)
-    study, created = _create(storage, config)
+    study, created = _create(storage, config, args.argv)
     verb = "created" if created else "already exists, same config:"
     print(f"study {study.name!r} {verb} in {storage.safe_url}")
     return EXIT_OK
@@ -271,16 +370,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     options = _WorkerOptions.from_args(args)
-    devices = _local_devices(args.workers)
+    devices = _local_devices(args.workers, per_trial=options.gpus_per_trial)
     for device in sorted(set(devices)):
-        check_device(device)
+        _check_devices(device, options.gpus_per_trial)
     url = _storage_url(args)
     storage = open_storage(url, create=True)
-    study, _ = _create(storage, config)
+    study, _ = _create(storage, config, args.argv)
     if len(devices) == 1:
         code = _run_worker(storage, study.name, devices[0], options)
     else:
-        code = _run_worker_processes(url, study.name, devices, options)
+        on_gpus = all(d.startswith("cuda") for d in devices)
+        code = _run_worker_processes(url, study.name, devices, options, restart_failed=on_gpus)
     _print_summary(storage, study.name)
     return code
 
@@ -292,17 +392,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     check_schema(storage)
     study = open_study(storage, args.study)
     devices = (
-        _local_devices(None, gpus_only=True)
+        _local_devices(None, gpus_only=True, per_trial=options.gpus_per_trial)
         if args.gpus == "all"
         else [args.device or _default_device()]
     )
     # Nothing is registered or claimed before this machine is known to be able to train.
     task = check_task(study.config)
     for device in devices:
-        check_device(device)
+        _check_devices(device, options.gpus_per_trial)
     logger.info("task %r: %s", study.config.task.name, task)
-    if len(devices) > 1:
-        return _run_worker_processes(url, study.name, devices, options)
+    if args.gpus == "all":  # even with one GPU: its child is restarted after a CUDA error
+        return _run_worker_processes(url, study.name, devices, options, restart_failed=True)
     return _run_worker(storage, study.name, devices[0], options)
 
 
@@ -311,12 +411,25 @@ def cmd_try(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    if args.watch and args.json:
+        raise ConfigError("--watch and --json: choose one")
+    if args.interval is not None and not args.watch:
+        raise ConfigError("--interval is for --watch")
     storage = open_storage(_storage_url(args))
     check_schema(storage)
     study = open_study(storage, args.study)
+    if args.watch:
+        from search.status_watch import DEFAULT_INTERVAL_S, watch
+
+        return watch(storage, study, interval_s=args.interval or DEFAULT_INTERVAL_S)
     status = study_status(storage, study)
     print(json.dumps(status) if args.json else format_status(status))
     return EXIT_OK
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    artifacts = args.artifacts or os.environ.get("HPSEARCH_ARTIFACTS") or None
+    return serve_dashboard(_storage_url(args), args.host, args.port, artifacts)
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -357,6 +470,24 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from search.compare import compare_command  # matplotlib and scipy load only here
+
+    options = _WorkerOptions.from_args(args)
+    url = _storage_url(args)
+    devices = _local_devices(args.workers)
+    for device in sorted(set(devices)):
+        check_device(device)
+    return compare_command(
+        args,
+        url=url,
+        devices=devices,
+        worker_argv=options.argv(),
+        artifacts_dir=options.artifacts,
+        run_in_process=lambda storage, name, device: _run_worker(storage, name, device, options),
+    )
+
+
 _COMMANDS = {
     "run": cmd_run,
     "create": cmd_create,
@@ -367,6 +498,8 @@ _COMMANDS = {
     "estimate": cmd_estimate,
     "workers": cmd_workers,
     "delete": cmd_delete,
+    "dashboard": cmd_dashboard,
+    "compare": cmd_compare,
 }
 
 
@@ -377,18 +510,10 @@ def _storage_url(args: argparse.Namespace) -> str:
     return resolve_url(args.storage, getattr(args, "schema", None))
 
 
-def _create(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]:
-    """What `create` and `run` do: the study and its first trials queued, on tables that are up
-    to date. Only a SQLite file is migrated here (the one-command start); on PostgreSQL that is
-    `hpsearch migrate`'s alone, so that workers' roles need no DDL rights."""
-    if storage.is_postgres:
-        check_schema(storage)
-    else:
-        upgrade(storage)
-    study, created = create_study(storage, config)
-    if created:
-        queue_first_trials(storage, study)
-    return study, created
+def _create(
+    storage: Storage, config: StudyConfig, argv: Sequence[str] | None = None
+) -> tuple[StudyRef, bool]:
+    return set_up_study(storage, config, sys.argv[1:] if argv is None else argv)
 
 
 @dataclass(frozen=True)
@@ -400,6 +525,8 @@ class _WorkerOptions:
     keep_checkpoints: bool
     device_memory: int | None
     """Bytes a trial may use on the worker's device (the pre-training memory check)."""
+    gpus_per_trial: int = 1
+    """Ranks of each trial (search.trial_group); 1: the trial runs in the worker process."""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> _WorkerOptions:
@@ -409,6 +536,7 @@ class _WorkerOptions:
             grace_s=_grace(args.grace_s),
             keep_checkpoints=args.keep_checkpoints,
             device_memory=_device_memory(args.device_memory),
+            gpus_per_trial=getattr(args, "gpus_per_trial", None) or 1,
         )
 
     def argv(self) -> list[str]:
@@ -419,6 +547,8 @@ class _WorkerOptions:
             out.append("--keep-checkpoints")
         if self.device_memory is not None:
             out += ["--device-memory", str(self.device_memory)]
+        if self.gpus_per_trial > 1:
+            out += ["--gpus-per-trial", str(self.gpus_per_trial)]
         return out
 
 
@@ -429,6 +559,10 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
     run_trial = None
     if options.device_memory is not None:
         run_trial = functools.partial(run_training, device_memory=options.device_memory)
+    if options.gpus_per_trial > 1:
+        group = trial_devices(device, options.gpus_per_trial)
+        run_trial = functools.partial(run_trial_group, devices=group)
+        device = group_label(group)
     worker = Worker(
         storage,
         study,
@@ -445,49 +579,89 @@ def _run_worker(storage: Storage, study_name: str, device: str, options: _Worker
 
 
 def _run_worker_processes(
-    url: str, study_name: str, devices: list[str], options: _WorkerOptions
+    url: str,
+    study_name: str,
+    devices: list[str],
+    options: _WorkerOptions,
+    *,
+    restart_failed: bool = False,
 ) -> int:
     """One child process per device; the storage URL travels in the environment, never argv
-    (where `ps` would show its password)."""
-    children: list[subprocess.Popen[str]] = []
-    cpu_workers = sum(d == "cpu" for d in devices)
-    for device in devices:
-        # This process draws the one progress line; the workers only log.
-        env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
-        if device.startswith("cuda:"):
-            env["CUDA_VISIBLE_DEVICES"] = device.split(":", 1)[1]
-            device = "cuda:0"
-        elif cpu_workers > 1:
-            # Several CPU workers share the cores: without this each would use all of them.
-            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // cpu_workers))
-        cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
-        cmd += ["--device", device, *options.argv()]
-        children.append(
-            subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1)
-        )
-    logger.info("started %d workers on %s", len(children), ", ".join(devices))
+    (where `ps` would show its password). With `restart_failed` (GPU workers), a child that
+    exits 1 is started again (see search.local_gpus)."""
+    # This process draws the one progress line; the workers only log.
+    env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
+    gpu_count = _gpu_count() if any(d.startswith("cuda") for d in devices) else 0
+    plans = child_plans(devices, env, gpu_count=gpu_count, cpu_count=os.cpu_count() or 1)
     lines: queue.Queue[str] = queue.Queue()
-    for child in children:
+
+    def start(plan: ChildPlan) -> subprocess.Popen[str]:
+        cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
+        cmd += ["--device", plan.device, *options.argv()]
+        child = subprocess.Popen(cmd, env=plan.env, stderr=subprocess.PIPE, text=True, bufsize=1)
         threading.Thread(target=_relay, args=(child, lines), daemon=True).start()
+        return child
+
+    children = [start(plan) for plan in plans]
+    restarts = [0] * len(plans)
+    restart_at: list[float | None] = [None] * len(plans)
+    ended = [False] * len(plans)
+    logger.info("started %d workers on %s", len(children), ", ".join(p.label for p in plans))
     progress = _StudyProgress(url, study_name) if sys.stderr.isatty() else None
+    stopping = False
 
     def forward(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
         for child in children:
             if child.poll() is None:
                 child.send_signal(signum)
 
+    def supervise() -> None:
+        """Note the children that ended; restart those due (exit 1, within the budget)."""
+        for i, child in enumerate(children):
+            if ended[i] or child.poll() is None:
+                continue
+            if restart_at[i] is None:
+                delay = restart_delay(child.returncode, restarts[i]) if restart_failed else None
+                if delay is None or stopping:
+                    ended[i] = True
+                    if restart_failed and not stopping and restarts[i] == CHILD_RESTARTS:
+                        logger.error(
+                            "worker on %s ended (exit %d) after %d restarts: not restarted again",
+                            plans[i].label,
+                            child.returncode,
+                            restarts[i],
+                        )
+                    continue
+                restart_at[i] = time.monotonic() + delay
+                logger.warning(
+                    "worker on %s exited %d; starting a new one in %.0f s (restart %d of %d)",
+                    plans[i].label,
+                    child.returncode,
+                    delay,
+                    restarts[i] + 1,
+                    CHILD_RESTARTS,
+                )
+            elif stopping:
+                ended[i] = True
+            elif time.monotonic() >= restart_at[i]:
+                restart_at[i], restarts[i] = None, restarts[i] + 1
+                children[i] = start(plans[i])
+
     previous = signal.signal(signal.SIGTERM, forward)
     interrupted = False
     try:
-        while any(child.poll() is None for child in children) or not lines.empty():
+        while not all(ended) or not lines.empty():
             try:
                 line = lines.get(timeout=0.2)
             except queue.Empty:
                 line = None
             except KeyboardInterrupt:
                 # The terminal sent Ctrl-C to the children too; they checkpoint and hand back.
-                interrupted = True
+                interrupted = stopping = True
                 continue
+            supervise()
             if progress is not None:
                 progress.clear()
             if line is not None:
@@ -604,13 +778,58 @@ def _default_device() -> str:
     return "cuda:0" if _gpu_count() else "cpu"
 
 
-def _local_devices(workers: int | None, *, gpus_only: bool = False) -> list[str]:
-    """Devices for local workers: GPUs round-robin, else CPU."""
+def _local_devices(
+    workers: int | None, *, gpus_only: bool = False, per_trial: int = 1
+) -> list[str]:
+    """Devices for local workers: GPUs round-robin, else CPU. With K GPUs per trial, a
+    worker's device is a group of K GPUs (``cuda:0,1``), the visible GPUs cut into groups."""
     gpus = _gpu_count()
     if gpus_only and gpus == 0:
         raise ConfigError("--gpus all: no GPU is visible (CUDA_VISIBLE_DEVICES, drivers?)")
+    if per_trial > 1 and gpus:
+        try:
+            groups = gpu_groups(gpus, per_trial)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return [groups[i % len(groups)] for i in range(workers or len(groups))]
     n = workers or max(1, gpus)
     return [f"cuda:{i % gpus}" if gpus else "cpu" for i in range(n)]
+
+
+def _from_value_error(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a parser that raises ValueError with the message to show."""
+
+    @functools.wraps(parse)
+    def parse_argument(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse_argument
+
+
+def _refresh_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not 0.1 <= value <= 3600:  # also refuses nan and inf
+        raise ValueError(f"must be between 0.1 and 3600 seconds, got {text}")
+    return value
+
+
+def _check_devices(device: str, per_trial: int) -> None:
+    """check_device for a worker's device, or for each device of its trials' group."""
+    if per_trial == 1:
+        check_device(device)
+        return
+    try:
+        group = trial_devices(device, per_trial)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for member in sorted(set(group)):
+        check_device(member)
 
 
 def _positive_int(text: str) -> int:

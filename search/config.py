@@ -392,7 +392,12 @@ def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
 
 def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig:
     s.allow(
-        "precision", "grad_accum_steps", "grad_checkpointing", "checkpoint_every_s", "optimizer"
+        "precision",
+        "grad_accum_steps",
+        "grad_checkpointing",
+        "checkpoint_every_s",
+        "optimizer",
+        "deterministic",
     )
     every = s.get("checkpoint_every_s", (int, float))
     if every <= 0:
@@ -404,6 +409,7 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
         grad_checkpointing=s.get("grad_checkpointing", bool),
         checkpoint_every_s=float(every),
         optimizer=s.get("optimizer", str, choices=OPTIMIZERS),
+        deterministic=s.get("deterministic", bool),
         seed=study.seed,
     )
 

@@ -182,7 +182,8 @@ def delete_study(
         conn.execute(sa.delete(sampling_locks).where(sampling_locks.c.study_id == study.study_id))
     remove_prefix = getattr(store, "remove_prefix", None)
     if remove_prefix is not None:
-        remove_prefix(f"ckpt-{study.uid}-")
+        remove_prefix(f"{study.uid}-")  # every checkpoint of the study (TrialCheckpoints' ids)
+        remove_prefix(f"ckpt-{study.uid}-")  # and those named before the dashboard served them
     optuna.delete_study(study_name=study.name, storage=storage.optuna_storage())
     return (
         f"study {study.name!r} deleted from {storage.safe_url}: {n_trials} trials, "

@@ -31,10 +31,21 @@ from optuna.distributions import (
 from search.config import StudyConfig
 from search.space import CategoricalParam, FloatParam, Param
 
-__all__ = ["LEARNS_FROM_RESULTS", "derived_seed", "distribution", "make_sampler", "suggest"]
+__all__ = [
+    "LEARNS_FROM_RESULTS",
+    "TPE_STARTUP_TRIALS",
+    "derived_seed",
+    "distribution",
+    "make_sampler",
+    "suggest",
+]
 
 LEARNS_FROM_RESULTS = frozenset({"tpe", "cmaes", "gp"})
 """Samplers whose next point depends on finished trials: the queue ahead of them is kept short."""
+
+TPE_STARTUP_TRIALS = 10
+"""Trials TPE samples at random before it models the results (Optuna's default; measured
+against 5 in bench/efficiency.py, see bench/BENCHMARKS.md)."""
 
 
 def derived_seed(seed: int, number: int, purpose: str = "sampler") -> int:
@@ -93,7 +104,12 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
         if name == "tpe":
             # Constant liar: running trials count as bad results, so parallel workers spread
             # out instead of piling onto the current best point.
-            return optuna.samplers.TPESampler(multivariate=True, constant_liar=True, seed=seed)
+            return optuna.samplers.TPESampler(
+                multivariate=True,
+                constant_liar=True,
+                seed=seed,
+                n_startup_trials=TPE_STARTUP_TRIALS,
+            )
         # Grid and QMC walk one sequence (a shuffled grid, a scrambled Sobol sequence) indexed
         # by trial number or a counter in the study: every process must use the same seed.
         if name == "grid":

@@ -16,7 +16,14 @@ from optuna.distributions import json_to_distribution
 
 from search.db.liveness import live_workers_clause
 from search.db.statements import db_now
-from search.db.tables import trial_leases, trial_params, trial_values, trials, workers
+from search.db.tables import (
+    trial_intermediate_values,
+    trial_leases,
+    trial_params,
+    trial_values,
+    trials,
+    workers,
+)
 from search.storage import Storage
 from search.study import StudyRef
 
@@ -74,6 +81,7 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
                 "hostname": r.hostname,
                 "device": r.device,
                 "epoch": r.epoch,
+                "last_value": None if r.last_value is None else float(r.last_value),
                 "seconds": None if r.seconds is None else round(r.seconds, 1),
                 "heartbeat_age_s": None if r.heartbeat_age is None else round(r.heartbeat_age, 1),
             }
@@ -142,8 +150,15 @@ def _best_statement(direction: str) -> sa.Select:
 
 @functools.cache
 def _running_statement(dialect: str) -> sa.Select:
-    t, lease, w = trials, trial_leases, workers
+    t, lease, w, iv = trials, trial_leases, workers, trial_intermediate_values
     now = db_now(dialect)
+    last_value = (
+        sa.select(iv.c.intermediate_value)
+        .where(iv.c.trial_id == t.c.trial_id)
+        .order_by(iv.c.step.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
     return (
         sa.select(
             t.c.number,
@@ -151,6 +166,7 @@ def _running_statement(dialect: str) -> sa.Select:
             w.c.hostname,
             w.c.device,
             lease.c.epoch,
+            last_value.label("last_value"),
             (now - lease.c.claimed_at).label("seconds"),
             (now - w.c.heartbeat_at).label("heartbeat_age"),
         )

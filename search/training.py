@@ -11,7 +11,7 @@ import trainer
 from search.provenance import code_version, environment
 from search.trial_run import TrialOutcome, TrialRun
 
-__all__ = ["run_training"]
+__all__ = ["outcome_of", "run_training"]
 
 logger = logging.getLogger("search.worker")
 _UNCHECKED_DEVICES: set[str] = set()
@@ -46,12 +46,21 @@ def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOut
         device=run.device,
         stop=run.stop,
     )
+    return outcome_of(run, result, memory_check)
+
+
+def outcome_of(
+    run: TrialRun, result: trainer.TrainResult, memory_check: dict[str, Any] | None = None
+) -> TrialOutcome:
+    """The trial's outcome and user attributes from the trainer's result (also the result of
+    rank 0 of a multi-rank trial, `search.trial_group`)."""
     attrs: dict[str, Any] = {
         **environment(),
         **code_version(),
         "device_name": result.device_name,
         "precision": result.precision,
         "precision_reason": result.precision_reason,
+        "device_settings": result.device_settings,
         "data_fingerprint": result.data_fingerprint,
         "epochs_trained": result.epochs_run,
         "wall_seconds": round(result.wall_seconds, 3),
@@ -62,6 +71,8 @@ def run_training(run: TrialRun, *, device_memory: int | None = None) -> TrialOut
         attrs["memory_check"] = memory_check
     if result.adapted:
         attrs["adapted"] = list(result.adapted)
+    if result.notes:
+        attrs["notes"] = list(result.notes)
     unreadable = getattr(run.checkpoints, "unreadable", None)
     if unreadable:
         attrs["checkpoint_unreadable"] = unreadable

@@ -45,9 +45,13 @@ class TrialRun:
 class TrialOutcome:
     """How a trial ended, as the trial function tells the worker."""
 
-    status: Literal["completed", "pruned", "diverged", "failed", "preempted", "machine_fault"]
+    status: Literal[
+        "completed", "pruned", "diverged", "failed", "preempted", "machine_fault", "attempt_failed"
+    ]
     """machine_fault: this machine cannot train (its device failed, the task no longer imports);
-    the worker hands the trial back untouched (one failed attempt) and stops."""
+    the worker hands the trial back untouched (one failed attempt) and stops. attempt_failed:
+    the attempt died as if its worker had (a rank of a multi-rank trial was killed); the trial
+    goes back to the queue as one failed attempt, and the worker goes on."""
     value: float | None = None
     """The trial's value: its last reported score."""
     user_attrs: dict[str, Any] = field(default_factory=dict)

@@ -296,6 +296,10 @@ class Worker:
             return
         if outcome.status == "machine_fault":
             self._stop_for_machine_fault(claim, run, outcome, leftover)
+        if outcome.status == "attempt_failed":
+            then = self._hand_back_failed_attempt(claim, run, outcome, leftover)
+            logger.warning("trial %d: %s; %s", claim.number, outcome.reason, then)
+            return
         if outcome.status == "preempted":
             self._retry(
                 lambda: fenced_writes.hand_back(
@@ -333,6 +337,15 @@ class Worker:
         """Hand the trial back untouched (one failed attempt, not a FAIL) and stop this worker:
         the fault is this machine's, and it would fail every trial the same way."""
         reason = outcome.reason or "the machine cannot train"
+        then = self._hand_back_failed_attempt(claim, run, outcome, leftover)
+        raise RuntimeFailure(f"this worker stops: {reason} (trial {claim.number} {then})")
+
+    def _hand_back_failed_attempt(
+        self, claim: Claim, run: TrialRun, outcome: TrialOutcome, leftover: dict[int, float]
+    ) -> str:
+        """Queue the trial again, counting one failed attempt (FAIL after max_attempts);
+        says which happened."""
+        reason = outcome.reason or "the attempt died"
         attempt = {
             "worker_id": self.worker_id,
             "generation": claim.generation,
@@ -352,12 +365,11 @@ class Worker:
             "hand the trial back",
             attempts=5,
         )
-        then = (
+        return (
             f"it ends FAIL, its worker having died {self.config.study.max_attempts} times"
             if failed
             else "handed back for another worker"
         )
-        raise RuntimeFailure(f"this worker stops: {reason} (trial {claim.number} {then})")
 
     # -- reporting and pruning --------------------------------------------------------------
 

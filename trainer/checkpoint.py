@@ -7,11 +7,10 @@ study's database, so that a trial preempted on one machine resumes on another.
 
 What a checkpoint holds (written by ``trainer.loop``), split by concern as in torchtitan::
 
-    {"format": 1, "fingerprint": str,           # which run this is (params + config + data)
+    {"format": 2, "fingerprint": str,           # which run this is (params + config + data)
      "model": ..., "optimizer": ..., "scheduler": ..., "scaler": ... | None,
-     "train_state": {"epoch", "step", "optimizer_steps", "metrics", ...},
-     "data": {"order": permutation | None},     # the epoch's data order, for a mid-epoch resume
-     "rng": {"python", "numpy", "torch", "cuda"}}
+     "train_state": TrainState.state_dict()}    # loop, memory fitting, data order, RNG
+                                                # (trainer.train_state: one place for its layout)
 
 Everything in it is a tensor or a plain container of numbers and strings, so it loads with
 ``weights_only=True``: a checkpoint that needs arbitrary unpickling is refused, never executed.
@@ -23,6 +22,7 @@ can define its stores without loading torch.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -126,18 +126,7 @@ class DirectoryCheckpointStore(CheckpointStore):
 
     def write(self, data: BinaryIO) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".checkpoint-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                shutil.copyfileobj(data, out, 1 << 20)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_directory(self.directory)  # make the rename itself survive a power cut
+        atomic_write(self.path, data)
 
     def open(self) -> BinaryIO | None:
         try:
@@ -160,6 +149,40 @@ def run_fingerprint(
     identity = {"task": task, "params": params, "config": config, "data": data_fingerprint}
     text = json.dumps(identity, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def atomic_write(target: Path, data: BinaryIO) -> None:
+    """Write `data` to `target` so that a kill at any moment leaves the old file or the new one.
+
+    A temporary file in the same directory is written, fsync'ed, given the mode an ordinary new
+    file gets under this process's umask (``mkstemp`` makes it 0600, which workers running as
+    other users of a shared volume could not read), renamed over `target` and the directory
+    fsync'ed, so that the rename itself survives a power cut.
+    """
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(data, out, 1 << 20)
+            out.flush()
+            os.fchmod(out.fileno(), 0o666 & ~_umask())
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(target.parent)
+
+
+@functools.cache
+def _umask() -> int:
+    """This process's umask, read once (Linux reports it; elsewhere reading it means setting it
+    for an instant, done once at the first write)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration), open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 def _fsync_directory(directory: Path) -> None:

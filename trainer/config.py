@@ -42,5 +42,10 @@ class TrainConfig:
     optimizer: Optimizer = "adamw"
     """adamw or sgd (with Nesterov momentum 0.9)."""
 
+    deterministic: bool = False
+    """GPU runs bitwise reproducible (a resume on another GPU included): deterministic kernels
+    only, cuDNN benchmark off. Slower (typically 5-30%); see ``trainer.gpu_settings``. CPU runs
+    are reproducible without it."""
+
     seed: int = 0
     """Seeds model init, data order and dropout: the same seed and params give the same run."""

@@ -80,7 +80,12 @@ class TrainData:
         return torch.randperm(self.size, generator=generator)
 
     def steps(
-        self, order: torch.Tensor, micro_batches: int, *, start: int = 0
+        self,
+        order: torch.Tensor,
+        micro_batches: int,
+        *,
+        start: int = 0,
+        shard: tuple[int, int] = (0, 1),
     ) -> Iterator[tuple[int, list[MicroBatch]]]:
         """(step, micro-batches) for the epoch with this order, from step `start` on.
 
@@ -89,8 +94,24 @@ class TrainData:
         micro-batch loss by `micro_batches`, so with the weight the accumulated gradient is the
         gradient of the mean loss over the whole step even when the sizes differ (1.0 when they
         are equal).
+
+        `shard` = (rank, ranks) of a data-parallel run: the step is cut into
+        ``ranks * micro_batches`` pieces and this rank takes its `micro_batches` of them, so the
+        step (the effective batch) is the same for any number of ranks. The weight is then
+        ``ranks * micro_batches * len(micro) / len(step)``, since DDP averages the gradients
+        over the ranks.
         """
-        splits = {step: self._split(step, micro_batches) for step in range(start, len(self.bounds))}
+        rank, ranks = shard
+        pieces = micro_batches * ranks
+        if self.steps_per_epoch and min(b - a for a, b in self.bounds) < pieces:
+            raise ValueError(
+                f"batch_size {self.batch_size} cannot be cut into {ranks} rank(s) x "
+                f"{micro_batches} micro-batch(es) of at least one sample"
+            )
+        splits = {
+            step: self._split(step, pieces)[rank * micro_batches : (rank + 1) * micro_batches]
+            for step in range(start, len(self.bounds))
+        }
         if self.tensors is not None:
             # One gather per epoch; every micro-batch below is a view of it.
             index = order.to(self.device)

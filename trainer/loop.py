@@ -3,8 +3,9 @@
 `_fit` is the training loop, one function read top to bottom: build the task, resume from the
 checkpoint if it is this run's, then epochs of optimizer steps, each ending with validate ->
 checkpoint -> report. Accelerate does mixed precision and gradient accumulation. `train` wraps
-it with what ends an attempt: an out-of-memory error (adapt, then resume), a non-finite loss
-(diverged), any other error (failed), SIGTERM or `stop` (checkpoint, preempted).
+it with what ends an attempt: an out-of-memory error in a training step (adapt, then resume),
+a non-finite loss (diverged), a CUDA error (device_error), any other error (failed), SIGTERM
+or `stop` (checkpoint, preempted).
 
 Example::
 
@@ -14,8 +15,9 @@ Example::
                    checkpoints=DirectoryCheckpointStore("checkpoints/trial-0"))
     print(result.status, result.metrics)   # run it again: it resumes, re-reports epoch 3, done
 
-Caveat: accelerate keeps its state in process-wide singletons, which `train` resets when it
-starts: run one `train` at a time in a process (a worker runs its trials one after another).
+Caveat: accelerate keeps its state in process-wide singletons, which `train` resets (all but
+the process's device set-up) when it starts: run one `train` at a time in a process (a worker
+runs its trials one after another).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ import accelerate.optimizer
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, GradientState
 
+from trainer.accelerate_env import accelerator_for_trial
 from trainer.checkpoint import CheckpointError, CheckpointStore, run_fingerprint
 from trainer.config import TrainConfig
 from trainer.data import TrainData, eval_batches, preload
@@ -50,13 +52,17 @@ from trainer.device import (
     reset_peak_memory,
     resolve_device,
 )
+from trainer.distributed import world_size
+from trainer.faults import classify
+from trainer.gpu_settings import apply_gpu_settings
 from trainer.result import TrainResult
+from trainer.rng import rng_state, set_rng_state
 from trainer.task import Task, TaskFactory
+from trainer.train_state import CHECKPOINT_FORMAT, TrainState
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
 
 log = logging.getLogger("trainer")
-_LOGGED_PRECISIONS: set[tuple[str, str]] = set()
 
 DEFAULT_LR = 1e-3
 """Peak learning rate when params have no "lr"."""
@@ -74,7 +80,8 @@ LOSS_CHECK_EVERY_ON_GPU = 16
 """Micro-batches between two reads of the loss on a GPU. Reading a loss makes the CPU wait for
 the GPU; doing it every step would drain the kernel queue each time. A diverged run on a GPU so
 stops within this many micro-batches; on the CPU, which runs synchronously, it stops at once."""
-CHECKPOINT_FORMAT = 1
+TRAIN_STEP = "in a training step"
+"""`_MemoryFit.phase` during training steps: the only place where out of memory is adapted to."""
 
 ProgressFn = Callable[[int, int, int, float], None]
 """Called after each optimizer step with (epoch, step, steps_per_epoch, loss), epoch and step
@@ -110,7 +117,13 @@ def train(
         progress: see `ProgressFn` (the command line draws its progress bar with it).
 
     Raises only KeyboardInterrupt (and whatever a chained SIGTERM handler raises); everything
-    else is a status in the result: completed, pruned, diverged, failed or preempted.
+    else is a status in the result: completed, pruned, diverged, failed, preempted, or
+    device_error (a CUDA error: train nothing more in this process).
+
+    Out of memory in a training step is adapted to (gradient checkpointing, then half the
+    micro-batch, same effective batch) and the run resumes; out of memory anywhere else
+    (building the task, preloading the data, moving the model, validation) fails the run
+    with where it happened. Peak memory is counted per attempt: the result has the last one's.
     """
     started = time.perf_counter()
     result = TrainResult(
@@ -125,12 +138,10 @@ def train(
         return result
     result.device_name = device_name(where)
     result.precision, result.precision_reason = choose_precision(config.precision, where)
-    # Logged once per process and decision: a worker runs many trials with the same choice.
-    decision = (result.precision, result.precision_reason)
-    if decision not in _LOGGED_PRECISIONS:
-        _LOGGED_PRECISIONS.add(decision)
-        log.info("precision %s (%s)", *decision)
-    reset_peak_memory(where)
+    result.device_settings = apply_gpu_settings(where, result.precision, config.deterministic)
+    log.info(
+        "precision %s (%s); %s", result.precision, result.precision_reason, result.device_settings
+    )
     fit = _MemoryFit(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
         grad_checkpointing=config.grad_checkpointing,
@@ -143,6 +154,7 @@ def train(
     with _sigterm_flag() as sigterm:
         stops = [event for event in (stop, sigterm) if event is not None]
         while True:
+            reset_peak_memory(where)  # per attempt: the result reports the last attempt's peak
             out_of_memory = None
             try:
                 result.status = _fit(
@@ -157,22 +169,38 @@ def train(
                     stops=stops,
                     progress=progress,
                 )
-            except torch.OutOfMemoryError as exc:
-                out_of_memory = _first_line(exc)
             except _Diverged as exc:
                 result.status, result.reason = "diverged", str(exc)
                 log.warning("diverged: %s", exc)
             except Exception as exc:  # the task's code (or ours): the trial fails, not the worker
-                result.status = "failed"
-                result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
-                result.traceback = traceback.format_exc()
-                log.error("failed: %s", result.reason)
+                fault = classify(exc)
+                if fault == "out_of_memory":
+                    out_of_memory = _first_line(exc)
+                else:
+                    # A CUDA error leaves the process's context unusable: "device_error" tells
+                    # the caller to stop training in this process (see trainer.faults).
+                    result.status = "device_error" if fault == "device_error" else "failed"
+                    result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                    result.traceback = traceback.format_exc()
+                    log.error("%s: %s", result.status.replace("_", " "), result.reason)
             if out_of_memory is None:
                 break
             # Here, out of the except block, the traceback and its frames (which hold the
             # model, the optimizer and the batch) are gone, so their memory can be released.
             _release_memory(where)
-            decision = fit.after_out_of_memory(out_of_memory, batch_size)
+            if fit.phase != TRAIN_STEP:
+                # A smaller micro-batch shrinks the training step only: out of memory anywhere
+                # else (the data, the model, validation's outputs) would fail the same way.
+                result.status = "failed"
+                result.reason = (
+                    f"out of memory {fit.phase} ({out_of_memory}); the micro-batch is not what "
+                    "does not fit, so it was not reduced"
+                )
+                log.error("failed: %s", result.reason)
+                break
+            # The ranks of a data-parallel run cannot retry alone: that attempt ends there.
+            alone = world_size() == 1
+            decision = fit.after_out_of_memory(out_of_memory, batch_size) if alone else None
             if decision is None:
                 result.status = "failed"
                 result.reason = (
@@ -184,13 +212,14 @@ def train(
                 break
             then = "resuming from the last checkpoint" if checkpoints is not None else "restarting"
             log.warning("%s; %s", decision, then)
-    if where.type == "cuda":
-        _release_memory(where)  # for the next trial in this process
     result.adapted = list(fit.adapted)
     result.grad_accum_steps = fit.grad_accum_steps
     result.grad_checkpointing = fit.grad_checkpointing
+    if result.status != "device_error":  # no CUDA call can succeed in this process any more
+        result.peak_memory_bytes, result.peak_memory_kind = peak_memory(where)
+        if where.type == "cuda":
+            _release_memory(where)  # for the next trial in this process
     result.wall_seconds = time.perf_counter() - started
-    result.peak_memory_bytes, result.peak_memory_kind = peak_memory(where)
     return result
 
 
@@ -210,10 +239,12 @@ def _fit(
     """One attempt at the run, from its checkpoint if it has one; returns the final status."""
     # The seed fixes the initial weights, dropout and (with the epoch) the data order.
     _seed_everything(config.seed)
+    fit.phase = "while building the task"
     task: Task = task_factory(dict(params))
     lr = float(params.get("lr", DEFAULT_LR))
     weight_decay = float(params.get("weight_decay", DEFAULT_WEIGHT_DECAY))
     batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
+    fit.phase = "while preloading the data"
     data = TrainData(task.train_set, batch_size=batch_size, device=device, seed=config.seed)
     val_tensors = preload(task.val_set, device)
     result.data_fingerprint, result.steps_per_epoch = data.fingerprint, data.steps_per_epoch
@@ -224,8 +255,9 @@ def _fit(
     # Read the checkpoint before building the accelerator: it says how the run was fitted into
     # memory (accumulation, gradient checkpointing), and the resumed run must go on the same way.
     state = _load_checkpoint(checkpoints, fingerprint)
-    if state is not None:
-        fit.adopt(state["train_state"])
+    saved = None if state is None else TrainState.from_state_dict(state["train_state"])
+    if saved is not None:
+        fit.adopt(saved)
     model = task.model
     fit.model_can_checkpoint = _set_grad_checkpointing(model, fit.grad_checkpointing)
     if fit.grad_checkpointing and not fit.model_can_checkpoint:
@@ -240,12 +272,17 @@ def _fit(
             f"grad_accum_steps = {micro_batches}"
         )
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
+    fit.phase = "while moving the model to the device"
     model.to(device)
-    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay)
+    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)
     )
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    # The scheduler is stepped here, once per optimizer step whether or not fp16's loss scaler
+    # skipped it: the schedule follows the data and ends at 0 (accelerate's wrapper would skip
+    # it after an overflow, so the two drift apart).
+    model, optimizer = accelerator.prepare(model, optimizer)
+    skipped = _SkippedSteps(accelerator.scaler)
     eval_batch_size = math.ceil(batch_size / micro_batches)  # what fits for training fits here
 
     # Loop state: `epoch` epochs are done, `step` is the next step of epoch `epoch` (0-based).
@@ -254,23 +291,37 @@ def _fit(
     train_losses: list[float] = []
     optimizer_steps = 0
     losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
-    if state is not None:
-        model.load_state_dict(state["model"])
+    if state is not None and saved is not None:
+        fit.phase = "while resuming from the checkpoint"
+        accelerator.unwrap_model(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if accelerator.scaler is not None and state["scaler"] is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
-        train_state = state["train_state"]
-        epoch, step = train_state["epoch"], train_state["step"]
-        optimizer_steps = train_state["optimizer_steps"]
-        metrics, train_losses = list(train_state["metrics"]), list(train_state["train_losses"])
-        losses.sum, losses.count = train_state["loss_sum"], train_state["loss_count"]
-        order = state["data"]["order"]
-        _set_rng_state(state["rng"])
+        if saved.precision != result.precision:  # e.g. auto: bf16 GPU, then an fp16 one
+            switched = (
+                f"resumed: precision {saved.precision} before, {result.precision} now "
+                f"({result.precision_reason}): the run's numerics changed at the resume"
+            )
+            result.notes.append(switched)
+            log.warning("%s", switched)
+        epoch, step, optimizer_steps = saved.epoch, saved.step, saved.optimizer_steps
+        skipped.total = saved.skipped_steps
+        metrics, train_losses = saved.metrics, saved.train_losses
+        losses.sum, losses.count = saved.loss_sum, saved.loss_count
+        order = saved.order
+        not_restored = None if saved.rng is None else set_rng_state(saved.rng, device)
+        if not_restored is not None:
+            result.notes.append(f"resumed: {not_restored}")
+            log.warning("resumed: %s", not_restored)
         result.resumed_from = {"epoch": epoch, "step": step}
         log.info(
             "resumed from epoch %d step %d (%d optimizer steps done)", epoch, step, optimizer_steps
         )
+    if accelerator.num_processes > 1:
+        # Ranks start from one RNG state (the seed, or rank 0's checkpoint); each then draws its
+        # own dropout masks. The weights stay one: DDP broadcasts rank 0's when it wraps them.
+        torch.manual_seed(int(torch.randint(2**62, (1,))) + accelerator.process_index)
     # The result shares these lists, so it holds the history however the run ends.
     result.metrics, result.train_losses = metrics, train_losses
 
@@ -280,32 +331,36 @@ def _fit(
         if checkpoints is None:
             return False
         last_save = time.monotonic()
+        phase, fit.phase = fit.phase, "while checkpointing"
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
-            "model": model.state_dict(),
+            "model": accelerator.unwrap_model(model).state_dict(),  # without DDP's "module."
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
-            "train_state": {
-                "epoch": epoch,
-                "step": step,
-                "optimizer_steps": optimizer_steps,
-                "metrics": metrics,
-                "train_losses": train_losses,
-                "loss_sum": losses.sum,
-                "loss_count": losses.count,
-                "grad_accum_steps": fit.grad_accum_steps,
-                "grad_checkpointing": fit.grad_checkpointing,
-                "adapted": fit.adapted,
-                "precision": result.precision,
-            },
-            "data": {"order": order},
-            "rng": _rng_state(),
+            "train_state": TrainState(
+                epoch=epoch,
+                step=step,
+                optimizer_steps=optimizer_steps,
+                skipped_steps=skipped.read(),
+                metrics=metrics,
+                train_losses=train_losses,
+                loss_sum=losses.sum,
+                loss_count=losses.count,
+                grad_accum_steps=fit.grad_accum_steps,
+                grad_checkpointing=fit.grad_checkpointing,
+                adapted=fit.adapted,
+                precision=result.precision,
+                order=order,
+                rng=rng_state(device),
+            ).state_dict(),
         }
         try:
             result.checkpoint_bytes = checkpoints.save(checkpoint)
         except Exception as exc:  # e.g. a shared store briefly unreachable: costs one interval
+            if classify(exc) is not None:
+                raise  # the device's fault, not the store's
             log.warning(
                 "checkpoint at epoch %d step %d not saved (%s: %s); training goes on",
                 epoch,
@@ -314,6 +369,8 @@ def _fit(
                 _first_line(exc),
             )
             return False
+        finally:
+            fit.phase = phase
         result.checkpoint_seconds = time.monotonic() - last_save
         return True
 
@@ -328,8 +385,11 @@ def _fit(
             if order is None:
                 order = data.order(epoch)
             model.train()
+            fit.phase = TRAIN_STEP
             first_step = step
-            for step, batch in data.steps(order, micro_batches, start=first_step):
+            # In a data-parallel run (trainer.distributed) each rank takes its share of a step.
+            shard = (accelerator.process_index, accelerator.num_processes)
+            for step, batch in data.steps(order, micro_batches, start=first_step, shard=shard):
                 # Between two optimizer steps no gradient is half accumulated: the one place
                 # where a checkpoint is complete and the run can stop.
                 preempted = any(event.is_set() for event in stops)
@@ -348,15 +408,19 @@ def _fit(
                     with accelerator.accumulate(model):
                         loss = task.loss_fn(model(inputs), targets)
                         accelerator.backward(loss if weight == 1.0 else loss * weight)
-                        optimizer.step()  # accelerate skips these until the last micro-batch
-                        scheduler.step()  # (the scheduler also after an fp16 overflow)
+                        if accelerator.sync_gradients:
+                            skipped.before_step()
+                        optimizer.step()  # accelerate skips it until the last micro-batch
                         optimizer.zero_grad(set_to_none=True)
                     if accelerator.sync_gradients:
+                        scheduler.step()
+                        skipped.after_step()
                         optimizer_steps += 1
                     losses.add(loss, epoch, step)
                 if progress is not None:
                     progress(epoch + 1, step + 1, data.steps_per_epoch, losses.last)
             losses.check()
+            fit.phase = "in validation"
             batches = eval_batches(
                 task.val_set, val_tensors, batch_size=eval_batch_size, device=device
             )
@@ -364,6 +428,7 @@ def _fit(
             metrics.append(metric)
             train_losses.append(losses.end_epoch())
             epoch, step, order = epoch + 1, 0, None
+            fit.phase = "after validation"
             log.debug("epoch %d: metric %.4f, train loss %.4f", epoch, metric, train_losses[-1])
             save_checkpoint()
             if report is not None and report(epoch, metric):
@@ -372,7 +437,9 @@ def _fit(
         return "completed"
     finally:
         result.optimizer_steps = optimizer_steps
-        result.scheduler_steps = scheduler.scheduler.last_epoch
+        result.scheduler_steps = scheduler.last_epoch
+        with contextlib.suppress(Exception):  # after a CUDA error the count is lost, not needed
+            result.skipped_steps = skipped.read()
 
 
 @dataclass(kw_only=True)
@@ -387,6 +454,8 @@ class _MemoryFit:
     """Each decision, in words, oldest first (TrainResult.adapted)."""
     model_can_checkpoint: bool = False
     """Whether the model has a gradient checkpointing switch (known once it is built)."""
+    phase: str = "while building the task"
+    """Where the attempt is, in words that follow "out of memory" (TRAIN_STEP in a step)."""
 
     def after_out_of_memory(self, error: str, batch_size: int) -> str | None:
         """Adapt for the next attempt and return the decision, or None if nothing is left.
@@ -413,17 +482,48 @@ class _MemoryFit:
         self.adapted.append(decision)
         return decision
 
-    def adopt(self, saved: dict[str, Any]) -> None:
+    def adopt(self, saved: TrainState) -> None:
         """Take the checkpoint's fitting unless this process has adapted further since."""
-        if len(saved["adapted"]) >= len(self.adapted):
-            self.grad_accum_steps = saved["grad_accum_steps"]
-            self.grad_checkpointing = saved["grad_checkpointing"]
-            self.adapted = list(saved["adapted"])
+        if len(saved.adapted) >= len(self.adapted):
+            self.grad_accum_steps = saved.grad_accum_steps
+            self.grad_checkpointing = saved.grad_checkpointing
+            self.adapted = list(saved.adapted)
 
     def note(self, decision: str) -> None:
         if decision not in self.adapted:
             log.warning("%s", decision)
             self.adapted.append(decision)
+
+
+class _SkippedSteps:
+    """fp16 optimizer steps that the loss scaler skipped after a gradient overflow.
+
+    Counted on the device, with no host sync: the scaler lowers its scale exactly when it skips
+    a step, so a step was skipped when the scale after it is below the scale before. Read (one
+    sync) at checkpoints and at the end. Nothing to count without a scaler (bf16, fp32).
+    """
+
+    def __init__(self, scaler: torch.amp.GradScaler | None) -> None:
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        self.total = 0
+        self._pending: torch.Tensor | None = None
+        self._before: torch.Tensor | None = None
+
+    def before_step(self) -> None:
+        if self.scaler is not None:
+            self._before = self.scaler._get_scale_async().clone()
+
+    def after_step(self) -> None:
+        if self.scaler is None or self._before is None:
+            return
+        skipped = (self.scaler._get_scale_async() < self._before).int()
+        self._pending = skipped if self._pending is None else self._pending + skipped
+
+    def read(self) -> int:
+        if self._pending is not None:
+            self.total += int(self._pending.item())
+            self._pending = None
+        return self.total
 
 
 class _Diverged(Exception):
@@ -472,30 +572,21 @@ class _LossWatch:
 
 
 def _fresh_accelerator(precision: str, grad_accum_steps: int, device: torch.device) -> Accelerator:
-    # AcceleratorState and GradientState are process-wide singletons, and AcceleratorState
-    # refuses a second Accelerator with another mixed precision. A worker trains many trials
-    # in one process, each with its own precision and accumulation, so each starts from a clean
-    # state (the reset accelerate's own test suite does between tests).
-    AcceleratorState._reset_state(reset_partial_state=True)
-    GradientState._reset_state()
+    # A worker trains many trials in one process, each with its own precision and accumulation:
+    # each gets a fresh accelerator, built so that the environment cannot override either
+    # (see trainer.accelerate_env).
     # AcceleratedOptimizer.step asks importlib whether the `lomo_optim` package is installed,
     # twice per call and uncached (accelerate 1.x): ~60 µs a step, 5% of a small model's step
     # on a CPU. Whether a package is installed does not change during a run: ask once.
     check = getattr(accelerate.optimizer, "is_lomo_available", None)
     if check is not None and not hasattr(check, "cache_info"):
         accelerate.optimizer.is_lomo_available = functools.cache(check)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # accelerate uses the current device for autocast and scaler
-    return Accelerator(
-        mixed_precision={"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision],
-        gradient_accumulation_steps=grad_accum_steps,
-        cpu=device.type == "cpu",
-        device_placement=False,  # the trainer places model and data itself (data only once)
-    )
+    mixed_precision = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision]
+    return accelerator_for_trial(mixed_precision, grad_accum_steps, device)
 
 
 def _make_optimizer(
-    name: str, model: torch.nn.Module, lr: float, weight_decay: float
+    name: str, model: torch.nn.Module, lr: float, weight_decay: float, device: torch.device
 ) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(
@@ -505,7 +596,11 @@ def _make_optimizer(
             nesterov=True,
             weight_decay=weight_decay,
         )
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    # Fused on CUDA: one kernel for all parameters, and with fp16 it reads the loss scaler's
+    # overflow flag on the device instead of making the CPU wait for it.
+    return torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=weight_decay, fused=device.type == "cuda"
+    )
 
 
 def _warmup_cosine(total_steps: int) -> Callable[[int], float]:
@@ -521,15 +616,29 @@ def _warmup_cosine(total_steps: int) -> Callable[[int], float]:
     return factor
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, Any]]) -> float:
-    """The task's metric over the whole validation set's outputs at once."""
+    """The task's metric on the validation set.
+
+    A streaming metric (a torchmetrics ``Metric``, or anything with reset/update/compute) sees
+    one batch at a time, so no more than a batch of outputs is ever held; a plain function gets
+    the whole set's outputs at once (simple, but they must all fit on the device).
+    """
     model.eval()
+    metric = task.metric_fn
+    if all(hasattr(metric, name) for name in ("reset", "update", "compute")):
+        metric.reset()
+        for inputs, target in batches:
+            outputs = model(inputs)
+            if hasattr(metric, "to"):
+                metric.to(outputs.device)  # a no-op after the first batch
+            metric.update(outputs, target)
+        return float(metric.compute())
     outputs, targets = [], []
     for inputs, target in batches:
         outputs.append(model(inputs))
         targets.append(target)
-    return float(task.metric_fn(torch.cat(outputs), torch.cat(targets)))
+    return float(metric(torch.cat(outputs), torch.cat(targets)))
 
 
 def _set_grad_checkpointing(model: torch.nn.Module, on: bool) -> bool:
@@ -559,7 +668,16 @@ def _load_checkpoint(checkpoints: CheckpointStore | None, fingerprint: str) -> d
         return None
     if state is None:
         return None
-    if state.get("format") != CHECKPOINT_FORMAT or state.get("fingerprint") != fingerprint:
+    if state.get("format") != CHECKPOINT_FORMAT:
+        log.warning(
+            "%s holds a checkpoint in an older layout (format %s, this trainer writes %d): "
+            "restarting the trial from its start",
+            checkpoints,
+            state.get("format"),
+            CHECKPOINT_FORMAT,
+        )
+        return None
+    if state.get("fingerprint") != fingerprint:
         log.warning(
             "%s holds a checkpoint of another run (fingerprint %s, this run %s): ignoring it "
             "and starting from scratch",
@@ -579,48 +697,16 @@ def _task_id(task_factory: TaskFactory) -> str:
 
 def _config_identity(config: TrainConfig) -> dict[str, Any]:
     """The config fields that change the run's result (how often it checkpoints does not)."""
-    return {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
+    identity = {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
+    if not config.deterministic:
+        del identity["deterministic"]  # checkpoints written before the option keep resuming
+    return identity
 
 
 def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # every device's generator
-
-
-def _rng_state() -> dict[str, Any]:
-    """Every RNG the run draws from, in weights_only-loadable form (no numpy arrays)."""
-    version, internal, gauss = random.getstate()
-    name, keys, position, has_gauss, cached_gaussian = np.random.get_state()
-    return {
-        "python": [version, list(internal), gauss],
-        "numpy": [
-            name,
-            torch.from_numpy(keys.astype(np.int64)),
-            position,
-            has_gauss,
-            cached_gaussian,
-        ],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else [],
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    name, keys, position, has_gauss, cached_gaussian = state["numpy"]
-    np.random.set_state(
-        (name, keys.numpy().astype(np.uint32), position, has_gauss, cached_gaussian)
-    )
-    torch.set_rng_state(state["torch"])
-    # A checkpoint from a machine with other GPUs (or none) restores the CPU generators only.
-    if (
-        state["cuda"]
-        and torch.cuda.is_available()
-        and len(state["cuda"]) == torch.cuda.device_count()
-    ):
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 @contextlib.contextmanager

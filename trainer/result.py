@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 __all__ = ["Status", "TrainResult"]
 
-Status = Literal["completed", "pruned", "diverged", "failed", "preempted"]
+Status = Literal["completed", "pruned", "diverged", "failed", "preempted", "device_error"]
 
 
 @dataclass(kw_only=True)
@@ -20,7 +20,9 @@ class TrainResult:
 
     status: Status
     """completed | pruned (report returned True) | diverged (non-finite loss) | failed (an error,
-    see `reason` and `traceback`) | preempted (SIGTERM or `stop`: checkpointed, resume later)."""
+    see `reason` and `traceback`) | preempted (SIGTERM or `stop`: checkpointed, resume later) |
+    device_error (a CUDA error: this process's CUDA context is unusable, so nothing more can
+    train in it; see ``trainer.faults``)."""
 
     metrics: list[float] = field(default_factory=list)
     """The validation metric after each epoch: index 0 is epoch 1."""
@@ -33,6 +35,10 @@ class TrainResult:
 
     precision_reason: str = ""
     """Why that precision, in words (e.g. "auto on the CPU: fp32 ...")."""
+
+    device_settings: str = ""
+    """The numerics switches set on the device, in words (TF32, cuDNN benchmark or deterministic;
+    see ``trainer.gpu_settings``)."""
 
     device_name: str = ""
     """"cpu" or the GPU's name."""
@@ -55,6 +61,10 @@ class TrainResult:
     """{"epoch": completed epochs, "step": step within the next epoch} of the checkpoint this
     call resumed from (of its last attempt, if it had to adapt), or None."""
 
+    notes: list[str] = field(default_factory=list)
+    """Things about the run a user should know that did not stop it, one line each (e.g. a
+    resume that could not restore the GPU's random generator)."""
+
     reason: str | None = None
     """Why the run diverged, failed or could not checkpoint when preempted: one line."""
 
@@ -65,10 +75,16 @@ class TrainResult:
     """A stable hash of the training data (see ``trainer.data.fingerprint``)."""
 
     optimizer_steps: int = 0
-    """Optimizer steps taken over the whole run (counted with accelerate's sync_gradients)."""
+    """Optimizer steps over the whole run (counted with accelerate's sync_gradients), including
+    those fp16's loss scaler skipped (`skipped_steps`)."""
 
     scheduler_steps: int = 0
-    """Learning-rate scheduler steps over the whole run (the scheduler's own count)."""
+    """Learning-rate scheduler steps over the whole run (the scheduler's own count): one per
+    optimizer step, skipped or not, so the schedule follows the data and ends at 0."""
+
+    skipped_steps: int = 0
+    """fp16 only: optimizer steps skipped after a gradient overflow (inf/NaN in the scaled
+    gradients; mostly the first steps, while the loss scale settles). 0 with bf16 and fp32."""
 
     steps_per_epoch: int = 0
     """Optimizer steps in one epoch."""

@@ -50,7 +50,11 @@ class Task:
     do by default), which accumulation over micro-batches relies on."""
 
     metric_fn: Callable[[torch.Tensor, torch.Tensor], float]
-    """(outputs, targets) -> float, on the whole validation set's outputs at once."""
+    """Either (outputs, targets) -> float, called once per epoch on the whole validation set's
+    outputs at once; or a streaming metric such as ``torchmetrics.classification.
+    MulticlassAccuracy(num_classes=10)`` (anything with reset/update/compute), fed one batch at
+    a time: use one for large outputs (segmentation masks, language-model logits), which would
+    not all fit on the device together. Validation runs under ``torch.inference_mode``."""
 
 
 TaskFactory = Callable[[dict[str, Any]], Task]

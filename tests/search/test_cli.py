@@ -128,11 +128,12 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
             assert epochs < 4
     assert len({t.user_attrs["worker_id"] for t in study.trials}) == 2
     # Finished trials leave no checkpoint behind (the default).
+    uid = study._storage.get_study_system_attrs(study._study_id)["hpsearch:uid"]
     engine = sa.create_engine(pg_url)
     with engine.connect() as conn:
         left = conn.execute(
             sa.text("SELECT count(*) FROM hpsearch.artifacts WHERE artifact_id LIKE :p"),
-            {"p": f"ckpt-{study._study_id}-%"},
+            {"p": f"{uid}-%"},
         ).scalar_one()
     assert left == 0
     engine.dispose()

@@ -339,7 +339,7 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
     files.mkdir()
     storage, ref, _, _ = a_study_with_everything(url, study_name, files)
     register(storage, ref.study_id, f"{study_name}-live", grace_s=60)
-    assert list(files.glob("ckpt-*"))
+    assert list(files.glob(f"{ref.uid}-*"))
     line = one_line_error(
         hpsearch(
             "delete",
@@ -366,7 +366,7 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
     )
     assert done.returncode == 0, done.stderr
     assert f"study {study_name!r} deleted" in done.stdout
-    assert not list(files.glob("ckpt-*"))
+    assert not list(files.glob(f"{ref.uid}-*"))
     engine = sa.create_engine(url)
     with engine.connect() as conn:
         for table in ("workers", "trial_leases", "sampling_locks", "studies", "trials"):

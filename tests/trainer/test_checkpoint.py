@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def test_train_ignores_a_refused_or_corrupt_checkpoint(tmp_path: Path, caplog: A
         result = train(ToyTask(), {"batch_size": 32}, TrainConfig(epochs=1), checkpoints=store)
     assert result.status == "completed" and result.resumed_from is None
     assert "cannot load checkpoint" in caplog.text and "starting from scratch" in caplog.text
-    assert store.load()["train_state"]["epoch"] == 1  # replaced by a good one
+    assert store.load()["train_state"]["loop"]["epoch"] == 1  # replaced by a good one
 
 
 def test_a_store_is_three_byte_methods(tmp_path: Path) -> None:
@@ -124,3 +125,15 @@ def test_run_fingerprint_depends_on_every_part() -> None:
         )
         == 5
     )
+
+
+def test_a_checkpoint_file_gets_the_mode_of_an_ordinary_new_file(tmp_path: Path) -> None:
+    # mkstemp alone makes 0600: workers running as other users of a shared volume could not read.
+    reference = tmp_path / "reference"
+    reference.write_bytes(b"")  # what this process's umask gives an ordinary new file
+    store = DirectoryCheckpointStore(tmp_path / "store")
+    store.write(io.BytesIO(b"state"))
+    assert stat.S_IMODE((tmp_path / "store" / "checkpoint.pt").stat().st_mode) == stat.S_IMODE(
+        reference.stat().st_mode
+    )
+    assert [p.name for p in (tmp_path / "store").iterdir()] == ["checkpoint.pt"]  # no temp file

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from tests.trainer.conftest import ToyTask, assert_same_weights, weights
-from trainer import DirectoryCheckpointStore, TrainConfig, loop, train
+from trainer import DirectoryCheckpointStore, TrainConfig, train
 from trainer.tasks.digits import make_task as digits
+from trainer.train_state import TrainState
 
 DIGITS = {"lr": 3e-3, "batch_size": 64, "width": 8, "dropout": 0.1}
 
@@ -45,9 +46,9 @@ def test_digits_trains_to_a_useful_accuracy_and_fills_the_result() -> None:
 def test_same_seed_same_run_and_another_seed_another_run(tmp_path: Any) -> None:
     stores = [DirectoryCheckpointStore(tmp_path / name) for name in ("a", "b", "c")]
     config = TrainConfig(epochs=2, seed=5)
-    a = train(digits, DIGITS, config, checkpoints=stores[0])
-    b = train(digits, DIGITS, config, checkpoints=stores[1])
-    train(digits, DIGITS, replace(config, seed=6), checkpoints=stores[2])
+    a = train(digits, DIGITS, config, checkpoints=stores[0], device="cpu")
+    b = train(digits, DIGITS, config, checkpoints=stores[1], device="cpu")
+    train(digits, DIGITS, replace(config, seed=6), checkpoints=stores[2], device="cpu")
     assert a.metrics == b.metrics
     assert_same_weights(weights(stores[0]), weights(stores[1]))
     assert not torch.equal(weights(stores[0])["head.3.weight"], weights(stores[2])["head.3.weight"])
@@ -73,8 +74,8 @@ def test_a_plain_map_style_dataset_trains_like_the_tensor_dataset(tmp_path: Any)
     names = ("tensors", "items", "items-resumed")
     stores = [DirectoryCheckpointStore(tmp_path / name) for name in names]
     config = TrainConfig(epochs=2, grad_accum_steps=2)
-    preloaded = train(ToyTask(), _params(dropout=0.1), config, checkpoints=stores[0])
-    loaded = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[1])
+    preloaded = train(ToyTask(), _params(dropout=0.1), config, checkpoints=stores[0], device="cpu")
+    loaded = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[1], device="cpu")
     assert loaded.status == "completed" and loaded.metrics == preloaded.metrics
     assert_same_weights(weights(stores[0]), weights(stores[1]))
     # Stopped in the middle of epoch 2 and resumed: the same batches and dropout masks.
@@ -86,9 +87,10 @@ def test_a_plain_map_style_dataset_trains_like_the_tensor_dataset(tmp_path: Any)
         checkpoints=stores[2],
         stop=stop,
         progress=lambda e, s, n, loss: (e, s) == (2, 1) and stop.set(),
+        device="cpu",
     )
     assert stopped.status == "preempted"
-    resumed = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[2])
+    resumed = train(ItemsTask(), _params(dropout=0.1), config, checkpoints=stores[2], device="cpu")
     assert resumed.resumed_from == {"epoch": 1, "step": 1}
     assert resumed.metrics == preloaded.metrics
     assert_same_weights(weights(stores[0]), weights(stores[2]))
@@ -105,10 +107,14 @@ def test_k_micro_batches_make_the_same_update_as_one_batch(
     # 32-sample batches split 11/11/10 and the loss weights keep the mean exact.
     whole = DirectoryCheckpointStore(tmp_path / "whole")
     config = TrainConfig(epochs=2, precision="fp32")
-    one = train(ToyTask(), _params(), config, checkpoints=whole)
+    one = train(ToyTask(), _params(), config, checkpoints=whole, device="cpu")
     task = ToyTask()
     accumulated = train(
-        task, _params(), replace(config, grad_accum_steps=micro_batches), checkpoints=store
+        task,
+        _params(),
+        replace(config, grad_accum_steps=micro_batches),
+        checkpoints=store,
+        device="cpu",
     )
     assert one.status == accumulated.status == "completed"
     sizes = task.models[0].train_batch_sizes
@@ -124,7 +130,10 @@ def test_optimizer_and_scheduler_steps_per_epoch(micro_batches: int) -> None:
     # 100 samples in batches of 16: 6 steps of 17/17/17/17/16/16, not a multiple of 3 or 4.
     task = ToyTask(n_train=100)
     result = train(
-        task, _params(batch_size=16), TrainConfig(epochs=3, grad_accum_steps=micro_batches)
+        task,
+        _params(batch_size=16),
+        TrainConfig(epochs=3, grad_accum_steps=micro_batches),
+        device="cpu",
     )
     assert result.status == "completed"
     assert result.steps_per_epoch == 6
@@ -140,7 +149,11 @@ def test_counters_and_weights_survive_a_mid_epoch_stop_and_resume(
     config = TrainConfig(epochs=3, grad_accum_steps=3)
     whole_store = DirectoryCheckpointStore(tmp_path / "whole")
     whole = train(
-        ToyTask(n_train=100), _params(batch_size=16, dropout=0.2), config, checkpoints=whole_store
+        ToyTask(n_train=100),
+        _params(batch_size=16, dropout=0.2),
+        config,
+        checkpoints=whole_store,
+        device="cpu",
     )
     stop = threading.Event()
 
@@ -155,12 +168,17 @@ def test_counters_and_weights_survive_a_mid_epoch_stop_and_resume(
         checkpoints=store,
         stop=stop,
         progress=progress,
+        device="cpu",
     )
     assert first.status == "preempted"
     assert first.optimizer_steps == first.scheduler_steps == 6 + 4
-    assert store.load()["train_state"]["step"] == 4
+    assert store.load()["train_state"]["loop"]["step"] == 4
     second = train(
-        ToyTask(n_train=100), _params(batch_size=16, dropout=0.2), config, checkpoints=store
+        ToyTask(n_train=100),
+        _params(batch_size=16, dropout=0.2),
+        config,
+        checkpoints=store,
+        device="cpu",
     )
     assert second.status == "completed"
     assert second.resumed_from == {"epoch": 1, "step": 4}
@@ -183,17 +201,16 @@ def test_bf16_on_cpu_runs_the_forward_pass_under_autocast() -> None:
 @pytest.mark.parametrize(("requested", "reason"), [("fp16", "needs a CUDA GPU"), ("auto", "CPU")])
 def test_fp16_and_auto_fall_back_to_fp32_on_cpu(requested: str, reason: str, caplog: Any) -> None:
     task = ToyTask()
-    loop._LOGGED_PRECISIONS.clear()
     with caplog.at_level(logging.INFO, logger="trainer"):
-        for _ in range(2):  # a worker trains many trials: the decision is logged once
+        for _ in range(2):  # stated once per trial, with the device settings
             result = train(
                 task, _params(), TrainConfig(epochs=1, precision=requested), device="cpu"
             )
     assert result.precision == "fp32" and reason in result.precision_reason
     assert set(task.models[0].autocast_dtypes) == {None}
     assert [r.message for r in caplog.records].count(
-        f"precision fp32 ({result.precision_reason})"
-    ) == 1
+        f"precision fp32 ({result.precision_reason}); {result.device_settings}"
+    ) == 2
 
 
 def test_many_runs_in_one_process_with_different_precision_and_accumulation() -> None:
@@ -221,16 +238,22 @@ def test_report_true_prunes_after_that_epoch(store: Any) -> None:
         reports.append((epoch, metric))
         return epoch == 2
 
-    result = train(ToyTask(), _params(), TrainConfig(epochs=5), report=report, checkpoints=store)
+    result = train(
+        ToyTask(), _params(), TrainConfig(epochs=5), report=report, checkpoints=store, device="cpu"
+    )
     assert result.status == "pruned"
     assert result.epochs_run == 2 and [e for e, _ in reports] == [1, 2]
     assert [m for _, m in reports] == result.metrics
-    assert store.load()["train_state"]["metrics"] == result.metrics  # saved before the report
+    assert (
+        store.load()["train_state"]["loop"]["metrics"] == result.metrics
+    )  # saved before the report
 
 
 def test_resume_from_an_epoch_end_reports_that_epoch_again(store: Any) -> None:
     config = TrainConfig(epochs=4)
-    first = train(ToyTask(), _params(), config, checkpoints=store, report=lambda e, m: e == 2)
+    first = train(
+        ToyTask(), _params(), config, checkpoints=store, report=lambda e, m: e == 2, device="cpu"
+    )
     assert first.status == "pruned"
     reports: list[tuple[int, float]] = []
     second = train(
@@ -239,6 +262,7 @@ def test_resume_from_an_epoch_end_reports_that_epoch_again(store: Any) -> None:
         config,
         checkpoints=store,
         report=lambda e, m: reports.append((e, m)) or False,
+        device="cpu",
     )
     assert second.status == "completed" and second.resumed_from == {"epoch": 2, "step": 0}
     assert reports[0] == (2, first.metrics[1])
@@ -246,7 +270,12 @@ def test_resume_from_an_epoch_end_reports_that_epoch_again(store: Any) -> None:
     assert second.metrics[:2] == first.metrics and second.epochs_run == 4
     # ...and a caller that prunes on the repeated report gets "pruned" without more training.
     third = train(
-        ToyTask(), _params(), TrainConfig(epochs=4), checkpoints=store, report=lambda e, m: True
+        ToyTask(),
+        _params(),
+        TrainConfig(epochs=4),
+        checkpoints=store,
+        report=lambda e, m: True,
+        device="cpu",
     )
     assert third.status == "pruned" and third.epochs_run == 4
 
@@ -263,6 +292,7 @@ def test_resume_from_inside_an_epoch_reports_the_last_finished_epoch_again(store
         stop=stop,
         report=lambda e, m: reports.append((e, m)) or False,
         progress=lambda e, s, n, loss: (e, s) == (2, 2) and stop.set(),
+        device="cpu",
     )
     assert first.status == "preempted" and reports == [(1, first.metrics[0])]
     again: list[tuple[int, float]] = []
@@ -272,6 +302,7 @@ def test_resume_from_inside_an_epoch_reports_the_last_finished_epoch_again(store
         TrainConfig(epochs=3),
         checkpoints=store,
         report=lambda e, m: again.append((e, m)) or False,
+        device="cpu",
     )
     assert second.resumed_from == {"epoch": 1, "step": 2}
     assert again == [(1, first.metrics[0]), (2, second.metrics[1]), (3, second.metrics[2])]
@@ -293,7 +324,9 @@ def test_nan_loss_stops_at_once_with_status_diverged() -> None:
 
 
 def test_a_huge_learning_rate_diverges_without_a_traceback() -> None:
-    result = train(ToyTask(), _params(lr=1e12), TrainConfig(epochs=3, optimizer="sgd"))
+    result = train(
+        ToyTask(), _params(lr=1e12), TrainConfig(epochs=3, optimizer="sgd"), device="cpu"
+    )
     assert result.status == "diverged"
     assert result.reason.startswith("loss is ")
     assert "nan" in result.reason or "inf" in result.reason
@@ -303,7 +336,7 @@ def test_an_error_in_the_task_fails_the_run_with_reason_and_traceback() -> None:
     def broken_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise ValueError("labels out of range\nsecond line")
 
-    result = train(ToyTask(loss_fn=broken_loss), _params(), TrainConfig(epochs=2))
+    result = train(ToyTask(loss_fn=broken_loss), _params(), TrainConfig(epochs=2), device="cpu")
     assert result.status == "failed"
     assert result.reason == "ValueError: labels out of range"
     assert "broken_loss" in result.traceback and "second line" in result.traceback
@@ -313,7 +346,7 @@ def test_a_factory_error_fails_the_run() -> None:
     def factory(params: dict[str, Any]) -> Any:
         raise KeyError("width")
 
-    result = train(factory, {}, TrainConfig(epochs=1))
+    result = train(factory, {}, TrainConfig(epochs=1), device="cpu")
     assert result.status == "failed" and result.reason == "KeyError: 'width'"
 
 
@@ -323,7 +356,7 @@ def test_keyboard_interrupt_propagates_and_restores_the_sigterm_handler() -> Non
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        train(ToyTask(loss_fn=interrupted), _params(), TrainConfig(epochs=1))
+        train(ToyTask(loss_fn=interrupted), _params(), TrainConfig(epochs=1), device="cpu")
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -333,7 +366,7 @@ def test_keyboard_interrupt_propagates_and_restores_the_sigterm_handler() -> Non
 def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_path: Any) -> None:
     config = TrainConfig(epochs=3)
     whole_store = DirectoryCheckpointStore(tmp_path / "whole")
-    whole = train(digits, DIGITS, config, checkpoints=whole_store)
+    whole = train(digits, DIGITS, config, checkpoints=whole_store, device="cpu")
 
     chained: list[int] = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: chained.append(signum))
@@ -343,7 +376,7 @@ def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_p
             if (epoch, step) == (2, 5):
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        first = train(digits, DIGITS, config, checkpoints=store, progress=progress)
+        first = train(digits, DIGITS, config, checkpoints=store, progress=progress, device="cpu")
         handler_after = signal.getsignal(signal.SIGTERM)
     finally:
         worker_handler = signal.signal(signal.SIGTERM, previous)
@@ -351,10 +384,10 @@ def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_p
     assert chained == [signal.SIGTERM]  # the worker's own handler still ran
     assert handler_after is worker_handler  # and was put back
     state = store.load()
-    assert (state["train_state"]["epoch"], state["train_state"]["step"]) == (1, 5)
-    assert state["data"]["order"] is not None and first.checkpoint_bytes > 0
+    assert (state["train_state"]["loop"]["epoch"], state["train_state"]["loop"]["step"]) == (1, 5)
+    assert state["train_state"]["data"]["order"] is not None and first.checkpoint_bytes > 0
 
-    second = train(digits, DIGITS, config, checkpoints=store)
+    second = train(digits, DIGITS, config, checkpoints=store, device="cpu")
     assert second.status == "completed" and second.resumed_from == {"epoch": 1, "step": 5}
     assert second.metrics == whole.metrics
     assert_same_weights(weights(store), weights(whole_store))
@@ -365,7 +398,9 @@ def test_checkpoints_every_n_seconds_within_an_epoch(tmp_path: Any) -> None:
 
     class Recording(DirectoryCheckpointStore):
         def save(self, state: dict[str, Any]) -> int:
-            writes.append((state["train_state"]["epoch"], state["train_state"]["step"]))
+            writes.append(
+                (state["train_state"]["loop"]["epoch"], state["train_state"]["loop"]["step"])
+            )
             return super().save(state)
 
     result = train(
@@ -373,6 +408,7 @@ def test_checkpoints_every_n_seconds_within_an_epoch(tmp_path: Any) -> None:
         _params(),
         TrainConfig(epochs=2, checkpoint_every_s=1e-9),
         checkpoints=Recording(tmp_path),
+        device="cpu",
     )
     assert result.status == "completed"
     # Before every step (4 steps an epoch) once the interval has passed, and at each epoch end.
@@ -403,29 +439,62 @@ def test_a_failing_checkpoint_store_is_logged_and_training_goes_on(
             super().write(data)
 
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        result = train(ToyTask(), _params(), TrainConfig(epochs=3), checkpoints=Flaky(tmp_path))
+        result = train(
+            ToyTask(), _params(), TrainConfig(epochs=3), checkpoints=Flaky(tmp_path), device="cpu"
+        )
     assert result.status == "completed" and result.epochs_run == 3
     assert "checkpoint at epoch 1 step 0 not saved (ConnectionError: store unreachable)" in (
         caplog.text
     )
-    assert Flaky(tmp_path).load()["train_state"]["epoch"] == 2  # the second write succeeded
+    assert Flaky(tmp_path).load()["train_state"]["loop"]["epoch"] == 2  # the second write succeeded
 
 
 def test_a_checkpoint_of_another_run_is_ignored(store: Any, caplog: Any) -> None:
-    train(ToyTask(), _params(lr=0.01), TrainConfig(epochs=2), checkpoints=store)
+    train(ToyTask(), _params(lr=0.01), TrainConfig(epochs=2), checkpoints=store, device="cpu")
     with caplog.at_level(logging.WARNING, logger="trainer"):
-        other = train(ToyTask(), _params(lr=0.02), TrainConfig(epochs=2), checkpoints=store)
+        other = train(
+            ToyTask(), _params(lr=0.02), TrainConfig(epochs=2), checkpoints=store, device="cpu"
+        )
     assert other.resumed_from is None and other.epochs_run == 2
     assert "holds a checkpoint of another run" in caplog.text
     # The checkpoint now belongs to the new run, which resumes from it.
-    again = train(ToyTask(), _params(lr=0.02), TrainConfig(epochs=2), checkpoints=store)
+    again = train(
+        ToyTask(), _params(lr=0.02), TrainConfig(epochs=2), checkpoints=store, device="cpu"
+    )
     assert again.resumed_from == {"epoch": 2, "step": 0} and again.metrics == other.metrics
+
+
+def test_a_checkpoint_in_the_old_layout_restarts_the_trial_with_one_line(
+    store: Any, caplog: Any
+) -> None:
+    first = train(ToyTask(), _params(), TrainConfig(epochs=2), checkpoints=store)
+    state = store.load()
+    # Format 1: the loop state as one flat dict beside "data" and "rng" (before TrainState).
+    loop_state = state["train_state"]
+    old = {**state, "format": 1, "data": loop_state["data"], "rng": loop_state["rng"]}
+    old["train_state"] = {**loop_state["loop"], **loop_state["memory"]}
+    store.save(old)
+    with caplog.at_level(logging.WARNING, logger="trainer"):
+        again = train(ToyTask(), _params(), TrainConfig(epochs=2), checkpoints=store)
+    assert again.status == "completed" and again.resumed_from is None
+    assert again.metrics == first.metrics  # trained from its start, the same run
+    lines = [r.getMessage() for r in caplog.records if "older layout" in r.getMessage()]
+    assert len(lines) == 1 and "format 1" in lines[0] and "restarting" in lines[0]
+
+
+def test_train_state_round_trips_through_a_weights_only_checkpoint(store: Any) -> None:
+    train(ToyTask(), _params(), TrainConfig(epochs=1), checkpoints=store)
+    raw = store.load()["train_state"]  # loaded with weights_only=True
+    state = TrainState.from_state_dict(raw)
+    assert (state.epoch, state.step, state.optimizer_steps) == (1, 0, state.optimizer_steps)
+    assert state.optimizer_steps > 0 and len(state.metrics) == 1 and state.rng is not None
+    assert TrainState.from_state_dict(state.state_dict()) == state
 
 
 def test_preempted_without_a_store_says_progress_is_lost() -> None:
     stop = threading.Event()
     stop.set()
-    result = train(ToyTask(), _params(), TrainConfig(epochs=2), stop=stop)
+    result = train(ToyTask(), _params(), TrainConfig(epochs=2), stop=stop, device="cpu")
     assert result.status == "preempted" and "progress is lost" in result.reason
 
 
@@ -434,14 +503,16 @@ def test_preempted_without_a_store_says_progress_is_lost() -> None:
 
 def test_out_of_memory_turns_on_checkpointing_then_halves_the_micro_batch(store: Any) -> None:
     limit = {"batch": 32}
-    uninterrupted = train(ToyTask(), _params(), TrainConfig(epochs=3))
+    uninterrupted = train(ToyTask(), _params(), TrainConfig(epochs=3), device="cpu")
 
     def report(epoch: int, metric: float) -> bool:
         limit["batch"] = 8  # memory shrinks after epoch 1 (another process took some)
         return False
 
     task = ToyTask(oom_above=limit)
-    result = train(task, _params(), TrainConfig(epochs=3), checkpoints=store, report=report)
+    result = train(
+        task, _params(), TrainConfig(epochs=3), checkpoints=store, report=report, device="cpu"
+    )
     assert result.status == "completed", result.reason
     assert len(result.adapted) == 3
     assert "gradient checkpointing turned on" in result.adapted[0]
@@ -452,15 +523,17 @@ def test_out_of_memory_turns_on_checkpointing_then_halves_the_micro_batch(store:
     assert result.resumed_from == {"epoch": 1, "step": 0}  # from epoch 1's checkpoint
     assert result.optimizer_steps == 12 and result.epochs_run == 3
     assert result.metrics == pytest.approx(uninterrupted.metrics)  # the same maths
-    assert store.load()["train_state"]["adapted"] == result.adapted
+    assert store.load()["train_state"]["memory"]["adapted"] == result.adapted
     # A later resume (another process, another machine) keeps the adapted fitting.
-    again = train(ToyTask(oom_above=limit), _params(), TrainConfig(epochs=3), checkpoints=store)
+    again = train(
+        ToyTask(oom_above=limit), _params(), TrainConfig(epochs=3), checkpoints=store, device="cpu"
+    )
     assert again.grad_accum_steps == 4 and again.adapted == result.adapted
 
 
 def test_out_of_memory_that_checkpointing_fixes_keeps_the_micro_batch() -> None:
     task = ToyTask(oom_above={"batch": 16, "checkpointing": True})
-    result = train(task, _params(), TrainConfig(epochs=2))
+    result = train(task, _params(), TrainConfig(epochs=2), device="cpu")
     assert result.status == "completed" and result.resumed_from is None  # restarted: no store
     assert result.adapted == [
         "out of memory at micro-batch 32 (CUDA out of memory. Tried to allocate 32 samples' "
@@ -471,7 +544,9 @@ def test_out_of_memory_that_checkpointing_fixes_keeps_the_micro_batch() -> None:
 
 
 def test_out_of_memory_at_micro_batch_one_fails_with_a_clear_reason() -> None:
-    result = train(ToyTask(oom_above={"batch": 0}), _params(batch_size=4), TrainConfig(epochs=1))
+    result = train(
+        ToyTask(oom_above={"batch": 0}), _params(batch_size=4), TrainConfig(epochs=1), device="cpu"
+    )
     assert result.status == "failed"
     assert result.reason.startswith("out of memory at micro-batch 1 (batch_size 4, ")
     assert len(result.adapted) == 3  # checkpointing, then 4 -> 2 -> 1

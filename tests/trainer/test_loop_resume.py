@@ -35,7 +35,7 @@ def progress(epoch, step, steps, loss):
 params = {"lr": 3e-3, "batch_size": 48, "width": 8, "depth": 2, "dropout": 0.2}
 config = TrainConfig(epochs=4, seed=7, grad_accum_steps=2,
                      checkpoint_every_s=1e-9 if kill_step else 300.0)
-result = train(make_task, params, config, report=report, progress=progress,
+result = train(make_task, params, config, report=report, progress=progress, device="cpu",
                checkpoints=DirectoryCheckpointStore(directory))
 print(json.dumps({"status": result.status, "metrics": result.metrics,
                   "resumed_from": result.resumed_from}))

@@ -1,0 +1,361 @@
+"""The dashboard on a large study: API time and size, and when (whether) the page is usable.
+
+A study of N trials (default 10,000) is written straight into Optuna's tables in a few bulk
+inserts, shaped like an hpsearch study after Hyperband: 5 params, 12 provenance attributes per
+trial, one intermediate value per epoch (a third of the trials complete 9 epochs, the others
+are pruned after 1 or 3). It is an hpsearch study (created by `create_study`, with its note).
+
+Two servers run side by side on it, in processes of their own: plain optuna-dashboard (its own
+command, `optuna-dashboard URL`, as a user starts it) and `hpsearch dashboard`. For each:
+
+- the study's API answer (`/api/studies/ID`, what the page loads first): seconds and bytes,
+  asked three times: cold (the server's first), again at once (optuna-dashboard's own cache
+  of the trial list, 10 s for large studies), and after that cache expired (what every later
+  refresh of an open page costs); with `Accept-Encoding: gzip` as browsers send it;
+- the page in headless Chromium (Debian's, through Selenium and Debian's chromedriver): seconds
+  until the history chart shows the metric on its axis, then until the trial list shows
+  "N Trials", each capped at --page-wait-s.
+
+    python bench/dashboard.py                        # 1,000 then 10,000 trials (~15 minutes)
+    python bench/dashboard.py --trials 2000 --page-wait-s 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import sqlalchemy as sa
+
+ADMIN_URL = os.environ.get(
+    "HPSEARCH_BENCH_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+"""A role that may create and drop the benchmark's database (one of its own, dropped after)."""
+EPOCHS = 9
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
+    """An hpsearch study of `n_trials` finished trials, bulk-inserted; returns (id, name)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+        distribution_to_json,
+    )
+
+    from search.config import parse_config
+    from search.db.tables import (
+        trial_intermediate_values,
+        trial_params,
+        trial_user_attributes,
+        trial_values,
+        trials,
+    )
+    from search.migrate import upgrade
+    from search.storage import open_storage
+    from search.study import create_study
+    from search.study_note import save_study_note
+
+    name = f"large-{n_trials}"
+    config = parse_config(
+        {
+            "study": {"name": name, "n_trials": n_trials, "sampler": "tpe"},
+            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "digits", "epochs": EPOCHS},
+            "space": {
+                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+                "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-2, "log": True},
+                "batch_size": {"type": "categorical", "choices": [32, 64, 128]},
+                "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+                "width": {"type": "int", "low": 8, "high": 64, "log": True},
+            },
+        }
+    )
+    storage = open_storage(url, create=True)
+    upgrade(storage)
+    study, _ = create_study(storage, config)
+    save_study_note(storage, study, ["create", "large.toml"])
+    dists = {
+        "lr": FloatDistribution(1e-4, 1e-1, log=True),
+        "weight_decay": FloatDistribution(1e-6, 1e-2, log=True),
+        "batch_size": CategoricalDistribution([32, 64, 128]),
+        "dropout": FloatDistribution(0.0, 0.5),
+        "width": IntDistribution(8, 64, log=True),
+    }
+    dist_json = {k: distribution_to_json(d) for k, d in dists.items()}
+    rng = random.Random(seed)
+    start = datetime.datetime(2026, 1, 1)
+    trial_rows, shapes = [], []
+    for number in range(n_trials):
+        epochs = EPOCHS if number % 3 == 0 else rng.choice([1, 3])
+        began = start + datetime.timedelta(seconds=20 * number)
+        trial_rows.append(
+            {
+                "number": number,
+                "study_id": study.study_id,
+                "state": "COMPLETE" if epochs == EPOCHS else "PRUNED",
+                "datetime_start": began,
+                "datetime_complete": began + datetime.timedelta(seconds=5 * epochs),
+            }
+        )
+        shapes.append(epochs)
+    with storage.transaction() as conn:
+        ids = (
+            conn.execute(
+                sa.insert(trials).returning(trials.c.trial_id, sort_by_parameter_order=True),
+                trial_rows,
+            )
+            .scalars()
+            .all()
+        )
+        params, values, intermediate, attrs = [], [], [], []
+        for trial_id, epochs in zip(ids, shapes, strict=True):
+            quality = rng.random()
+            scores = [0.5 + 0.45 * quality * (1 - 0.6 ** (e + 1)) for e in range(epochs)]
+            values.append(
+                {"trial_id": trial_id, "objective": 0, "value": scores[-1], "value_type": "FINITE"}
+            )
+            intermediate += [
+                {
+                    "trial_id": trial_id,
+                    "step": e + 1,
+                    "intermediate_value": s,
+                    "intermediate_value_type": "FINITE",
+                }
+                for e, s in enumerate(scores)
+            ]
+            sampled = {
+                "lr": 10 ** rng.uniform(-4, -1),
+                "weight_decay": 10 ** rng.uniform(-6, -2),
+                "batch_size": float(rng.randrange(3)),  # categorical: the choice's index
+                "dropout": rng.uniform(0, 0.5),
+                "width": float(round(2 ** rng.uniform(3, 6))),
+            }
+            params += [
+                {
+                    "trial_id": trial_id,
+                    "param_name": k,
+                    "param_value": v,
+                    "distribution_json": dist_json[k],
+                }
+                for k, v in sampled.items()
+            ]
+            provenance = {
+                "hostname": f"gpu-{trial_id % 8:02d}",
+                "worker_id": f"gpu-{trial_id % 8:02d}-{trial_id % 4}",
+                "device_name": "NVIDIA H100 80GB HBM3",
+                "precision": "bf16",
+                "torch_version": "2.13.0",
+                "cuda_version": "12.8",
+                "git_commit": "02278de" + "0" * 33,
+                "git_dirty": False,
+                "data_fingerprint": "sha256:" + "ab" * 16,
+                "epochs_trained": epochs,
+                "wall_seconds": 5.0 * epochs,
+                "peak_memory_bytes": 1_234_567_890,
+            }
+            attrs += [
+                {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
+                for k, v in provenance.items()
+            ]
+        conn.execute(sa.insert(trial_values), values)
+        conn.execute(sa.insert(trial_params), params)
+        conn.execute(sa.insert(trial_intermediate_values), intermediate)
+        conn.execute(sa.insert(trial_user_attributes), attrs)
+    storage.close()
+    return study.study_id, name
+
+
+class Server:
+    """A dashboard command in its own process, on a free port."""
+
+    def __init__(self, label: str, argv: list[str], port: int, env: dict[str, str]) -> None:
+        self.label, self.port = label, port
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"{label} did not start") from None
+                time.sleep(0.2)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_answer(base: str, study_id: int) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"{base}/api/studies/{study_id}", headers={"Accept-Encoding": "gzip"}
+    )
+    began = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as answer:
+        body = answer.read()
+        encoding = answer.headers.get("Content-Encoding")
+    seconds = time.perf_counter() - began
+    raw = gzip.decompress(body) if encoding == "gzip" else body
+    n = len(json.loads(raw)["trials"])
+    return {"s": round(seconds, 2), "bytes": len(raw), "sent_bytes": len(body), "trials": n}
+
+
+def measure_api(server: Server, study_id: int) -> dict[str, Any]:
+    cold = api_answer(server.base, study_id)
+    cached = api_answer(server.base, study_id)
+    time.sleep(11)  # optuna-dashboard keeps a large study's trial list for 10 s
+    expired = api_answer(server.base, study_id)
+    return {"cold": cold, "cached": cached, "expired": expired}
+
+
+def measure_page(server: Server, study_id: int, n_trials: int, wait_s: float) -> dict[str, Any]:
+    from selenium import webdriver
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    os.environ["SE_OFFLINE"] = "true"  # never download a browser
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1000")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(wait_s)
+    driver.set_script_timeout(wait_s)
+    result: dict[str, Any] = {"cap_s": wait_s}
+
+    def timed(url: str, condition: Any) -> float | None:
+        began = time.perf_counter()
+        try:
+            driver.get(url)
+            WebDriverWait(driver, wait_s, poll_frequency=0.5).until(condition)
+        except TimeoutException:
+            return None
+        return round(time.perf_counter() - began, 1)
+
+    def chart(d: Any) -> bool:
+        titles = d.find_elements("css selector", ".js-plotly-plot .ytitle")
+        return any(e.text == "val_accuracy" for e in titles)
+
+    def trial_list(d: Any) -> bool:
+        return f"{n_trials} Trials" in d.find_element("tag name", "body").text
+
+    try:
+        result["history_chart_s"] = timed(f"{server.base}/dashboard/studies/{study_id}", chart)
+        result["trial_list_s"] = timed(
+            f"{server.base}/dashboard/studies/{study_id}/trials", trial_list
+        )
+    finally:
+        driver.quit()  # a headless renderer left behind keeps eating the machine's cores
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--trials", default="1000,10000", help="study sizes, comma-separated (default: 1000,10000)"
+    )
+    parser.add_argument("--page-wait-s", type=float, default=120.0)
+    parser.add_argument("--no-browser", action="store_true", help="the API only")
+    args = parser.parse_args()
+    summary = [run(int(n), args.page_wait_s, not args.no_browser) for n in args.trials.split(",")]
+    print(json.dumps(summary, indent=1))
+
+
+def run(n_trials: int, page_wait_s: float, browser: bool) -> dict[str, Any]:
+    """Both servers on one study of `n_trials`, in a database of its own (dropped after)."""
+    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    database = f"hpsearch_bench_dashboard_{uuid.uuid4().hex[:6]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
+    url = admin.url.set(database=database).render_as_string(hide_password=False)
+    servers: list[Server] = []
+    try:
+        began = time.perf_counter()
+        study_id, name = make_study(url, n_trials)
+        print(f"study {name}: {n_trials} trials written in {time.perf_counter() - began:.1f} s")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = repo
+        bin_dir = os.path.dirname(sys.executable)
+        plain_port, ours_port = free_port(), free_port()
+        commands = {
+            "optuna-dashboard": [
+                os.path.join(bin_dir, "optuna-dashboard"),
+                url,
+                "--port",
+                str(plain_port),
+                "--server",
+                "wsgiref",
+                "--quiet",
+            ],
+            "hpsearch dashboard": [
+                sys.executable,
+                "-m",
+                "search",
+                "dashboard",
+                "--storage",
+                url,
+                "--port",
+                str(ours_port),
+            ],
+        }
+        ports = {"optuna-dashboard": plain_port, "hpsearch dashboard": ours_port}
+        results: dict[str, Any] = {}
+        for label, argv in commands.items():
+            server = Server(label, argv, ports[label], env)
+            servers.append(server)
+            try:
+                results[label] = {"api": measure_api(server, study_id)}
+                print(label, "api", json.dumps(results[label]["api"]), flush=True)
+                if browser:
+                    page = measure_page(server, study_id, n_trials, page_wait_s)
+                    results[label]["page"] = page
+                    print(label, "page", json.dumps(page), flush=True)
+            finally:
+                server.stop()
+        return {"trials": n_trials, "results": results}
+    finally:
+        for server in servers:
+            server.stop()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
