@@ -73,11 +73,14 @@ def grant_roles(storage: Storage, roles: RoleNames, *, create: bool) -> list[str
                 ).first()
                 if not exists and not create:
                     continue
-                login = _create_or_update(conn, role, kind, exists=bool(exists))
-                for statement in _grants(conn, storage, role, writes=writes):
+                if create:
+                    login = _create_or_update(conn, role, kind, exists=bool(exists))
+                    made = "created" if not exists else "updated"
+                else:  # a plain migrate: grant what a migration added, touch nothing else
+                    login, made = "login left as it was", "granted the tables"
+                for statement in _grants(conn, storage, role, writes=writes, create=create):
                     conn.execute(sa.text(statement))
                 what = "reads and writes rows, no DDL" if writes else "reads only"
-                made = "created" if not exists else "updated"
                 lines.append(f"role {role} {made} ({what}): {login}")
     except sa.exc.ProgrammingError as exc:
         raise StorageError(
@@ -137,11 +140,21 @@ def _create_or_update(conn: Connection, role: str, kind: str, *, exists: bool) -
     return "LOGIN, password set from the environment (stored as a SCRAM verifier)"
 
 
-def _grants(conn: Connection, storage: Storage, role: str, *, writes: bool) -> Iterator[str]:
+def _grants(
+    conn: Connection, storage: Storage, role: str, *, writes: bool, create: bool
+) -> Iterator[str]:
+    """The statements that give `role` its rights; without `create` (a plain `migrate`), only
+    those on tables and schemas, which the tables' owner may give without CREATEROLE."""
     rights = _WRITE if writes else "SELECT"
     ours = schema_for(conn)
     optuna_schema = storage.schema or conn.execute(sa.text("SELECT current_schema()")).scalar()
-    yield f'GRANT CONNECT ON DATABASE "{conn.engine.url.database}" TO "{role}"'
+    if create:
+        database = conn.engine.url.database
+        yield f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"'
+        if not writes:
+            # Its sessions start read-only in this database: a second guard beside the grants.
+            read_only = "SET default_transaction_read_only = on"
+            yield f'ALTER ROLE "{role}" IN DATABASE "{database}" {read_only}'
     for schema in dict.fromkeys([optuna_schema, ours]):
         yield f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"'
     # hpsearch's schema is hpsearch's alone (and so is a schema the user named for it).
@@ -173,5 +186,3 @@ def _grants(conn: Connection, storage: Storage, role: str, *, writes: bool) -> I
             {"s": optuna_schema, "t": tables},
         ):
             yield f'GRANT USAGE, SELECT ON SEQUENCE "{optuna_schema}"."{sequence}" TO "{role}"'
-    if not writes:
-        yield f'ALTER ROLE "{role}" SET default_transaction_read_only = on'

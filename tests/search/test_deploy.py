@@ -99,6 +99,10 @@ def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) ->
             )
         admin.dispose()
         assert all(p.startswith("SCRAM-SHA-256$") for p in stored.values()), "hashed, not text"
+        # A later plain migrate grants the roles what it adds, and changes nothing else of them.
+        done = hpsearch("migrate", *roles, "--storage", url, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert f"role {worker} granted the tables" in done.stdout
 
         # The worker role creates the study and runs it to the end; it has no DDL rights.
         as_worker = as_role(url, worker)
