@@ -31,10 +31,22 @@ from optuna.distributions import (
 from search.config import StudyConfig
 from search.space import CategoricalParam, FloatParam, Param
 
-__all__ = ["LEARNS_FROM_RESULTS", "derived_seed", "distribution", "make_sampler", "suggest"]
+__all__ = [
+    "LEARNS_FROM_RESULTS",
+    "STARTUP_TRIALS",
+    "derived_seed",
+    "distribution",
+    "make_sampler",
+    "suggest",
+]
 
 LEARNS_FROM_RESULTS = frozenset({"tpe", "cmaes", "gp"})
 """Samplers whose next point depends on finished trials: the queue ahead of them is kept short."""
+
+STARTUP_TRIALS = {"tpe": 10, "gp": 10, "cmaes": 1}
+"""Finished trials these samplers need before they learn (Optuna's `n_startup_trials`
+defaults, used by `make_sampler`); until then they sample at random, so their queue can be
+as deep as random search's."""
 
 
 def derived_seed(seed: int, number: int, purpose: str = "sampler") -> int:

@@ -230,13 +230,18 @@ class Worker:
                 raise
 
         claim = self._retry(attempt, "claim a trial")
-        if claim is not None and (
-            claim.waiting is None
-            or claim.waiting < SAMPLE_AHEAD_BELOW
-            or self.config.study.sampler in LEARNS_FROM_RESULTS
-        ):
+        if claim is not None and (claim.waiting is None or claim.waiting < self._sample_below()):
             self._maybe_sample_ahead()
         return claim
+
+    def _sample_below(self) -> float:
+        """Claims that leave fewer trials queued than this top the queue up."""
+        if self.config.study.sampler not in LEARNS_FROM_RESULTS:
+            return SAMPLE_AHEAD_BELOW
+        # Samplers that learn keep a short queue of the latest knowledge: every claim that
+        # leaves it short refills it (unknown until this process has looked: always).
+        depth = self.sampler.depth
+        return float("inf") if depth is None else depth
 
     def _run_claim(self, claim: Claim) -> None:
         self._claim, self._lost = claim, False
