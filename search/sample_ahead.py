@@ -77,12 +77,7 @@ class TrialSampler:
 
         def how_many(counts: Counts, live: int) -> int:
             missing = self.config.study.n_trials - counts.total
-            sampler = self.config.study.sampler
-            # Until a learning sampler has its start-up trials, its points are random: no need
-            # to keep the queue short then.
-            learns = sampler in LEARNS_FROM_RESULTS and counts.finished >= STARTUP_TRIALS.get(
-                sampler, 0
-            )
+            learns = self.config.study.sampler in LEARNS_FROM_RESULTS
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
             self.depth = depth
             return min(missing, max(1, depth, at_least) - counts.waiting)
