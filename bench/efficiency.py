@@ -170,14 +170,14 @@ def main() -> None:
                         type="hyperband", min_resource=min_resource, reduction_factor=factor
                     ),
                 )
-                saved = search.samplers.TPE_STARTUP_TRIALS
-                search.samplers.TPE_STARTUP_TRIALS = startup
+                saved = search.samplers.STARTUP_TRIALS["tpe"]
+                search.samplers.STARTUP_TRIALS["tpe"] = startup
                 try:
                     _, vresults = run_all(
                         url, variant, [Strategy("tpe", "hyperband")], args.seeds, args.budget
                     )
                 finally:
-                    search.samplers.TPE_STARTUP_TRIALS = saved
+                    search.samplers.STARTUP_TRIALS["tpe"] = saved
                 variants[label] = describe(vresults, target)
     elapsed = time.monotonic() - started
 

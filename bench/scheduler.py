@@ -1,9 +1,16 @@
 """Coordination overhead: hpsearch's trial queue against plain Optuna, side by side, on PostgreSQL.
 
-N trials of 1 s each (10 reports, 0.1 s apart), W worker processes, random sampler + Hyperband
-(min_resource 1, reduction factor 3, max_resource 10). Every trial reports the same scores, so
-Hyperband evaluates every rung but prunes nothing: each trial lasts its full second, and the
-ideal wall time is N * 1 s / W. The figure is wall time / ideal.
+N trials of `--steps` reports `--step-s` apart (default 10 x 0.1 s = 1 s), W worker processes,
+the same sampler on both sides (`--sampler`, default random) + Hyperband (min_resource 1,
+reduction factor 3, max_resource = steps). Every trial reports the same scores, so Hyperband
+evaluates every rung but prunes nothing: each trial lasts its full length, and the ideal wall
+time is N * steps * step_s / W. The figure is wall time / ideal. A trial's value (its last
+report on the hpsearch side, the objective's return value on Optuna's) depends on its params,
+so that model-based samplers (TPE, CMA-ES, GP) have something to model.
+
+Samplers, the same on both sides: random; TPE multivariate with constant liar (hpsearch's
+`tpe`); CMA-ES; GP; QMC (scrambled Sobol, one seed for every process); grid (a grid of at
+least N points).
 
 Plain Optuna: each worker process runs `study.optimize` with `MaxTrialsCallback(N)`, reporting
 with `trial.report` and asking `trial.should_prune()` every step, as the Optuna docs do.
@@ -16,7 +23,12 @@ processes are spawned, so it adds start-up (imports, connections), a one-time co
 that a real study of hours amortizes. The processes' own exit after that is reported as exit_s.
 
     python bench/scheduler.py                       # N=320, W=1,8,32 (about 25 minutes)
-    python bench/scheduler.py --workers 8,32 --trials 320
+    python bench/scheduler.py --workers 8,32 --trials 320 --sampler tpe
+    python bench/scheduler.py --workers 4 --trials 1000 --steps 3 --step-s 0.01   # at scale
+
+With short trials the figure that matters is the coordination cost per trial:
+overhead_ms_per_trial = (wall * W / N - steps * step_s), and the CPU per trial (the workers'
+own, and the whole machine's, the database included).
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS, STEP_S = 10, 0.1
+"""Default trial shape: 10 reports, 0.1 s apart."""
+SAMPLERS = ("random", "tpe", "cmaes", "gp", "qmc", "grid")
 BENCH_STORAGE = os.environ.get(
     "HPSEARCH_BENCH_STORAGE", "postgresql+psycopg://postgres@127.0.0.1:5432/hpsearch_bench"
 )
@@ -52,24 +66,35 @@ def _busy_cpu_s() -> float:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def hpsearch_worker(url: str, study: str, ready: Any, go: Any, log: Any) -> None:
+def trial_value(lr: float, width: int) -> float:
+    """What a trial scores (both sides): best near lr = 3e-3, width = 32."""
+    import math
+
+    return 1.0 - (math.log10(lr) + 2.5) ** 2 / 10 - (math.log2(width) - 5) ** 2 / 40
+
+
+def hpsearch_worker(
+    url: str, study: str, ready: Any, go: Any, log: Any, steps: int, step_s: float
+) -> None:
     from search.storage import open_storage
     from search.study import open_study
     from search.trial_run import TrialOutcome
     from search.worker import Worker
 
-    def one_second(run: Any) -> TrialOutcome:
+    def one_trial(run: Any) -> TrialOutcome:
         start = time.perf_counter()
-        for step in range(1, STEPS + 1):
-            time.sleep(STEP_S)
+        for step in range(1, steps + 1):
+            time.sleep(step_s)
             if run.report(step, 0.5):
                 return TrialOutcome(status="pruned", value=0.5)
         log.put((os.getpid(), start, time.perf_counter()))
-        return TrialOutcome(status="completed", value=0.5)
+        return TrialOutcome(
+            status="completed", value=trial_value(run.params["lr"], run.params["width"])
+        )
 
     storage = open_storage(url)
     worker = Worker(
-        storage, open_study(storage, study), run_trial=one_second, grace_s=60, progress=False
+        storage, open_study(storage, study), run_trial=one_trial, grace_s=60, progress=False
     )
     worker.prepare()
     ready.release()
@@ -87,7 +112,58 @@ def _own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any) -> None:
+def optuna_sampler(name: str, n_trials: int) -> Any:
+    """Plain Optuna's sampler for `--sampler name`, set up as hpsearch sets up its own."""
+    import warnings
+
+    import optuna
+
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    if name == "random":
+        return optuna.samplers.RandomSampler()
+    if name == "tpe":
+        return optuna.samplers.TPESampler(multivariate=True, constant_liar=True)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(warn_independent_sampling=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(warn_independent_sampling=False)
+    if name == "qmc":  # one seed for every process: they walk one Sobol sequence together
+        return optuna.samplers.QMCSampler(scramble=True, seed=0, warn_asynchronous_seeding=False)
+    return optuna.samplers.GridSampler(_bench_config("grid", "grid", n_trials, 1).grid_values())
+
+
+def _bench_config(name: str, sampler: str, n_trials: int, steps: int) -> Any:
+    from search.config import parse_config
+
+    return parse_config(
+        {
+            "study": {"name": name, "n_trials": n_trials, "sampler": sampler},
+            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "digits", "epochs": steps},
+            "space": {
+                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+                "width": {"type": "int", "low": 8, "high": 64, "log": True},
+            },
+            # At least N distinct points: 8 widths, and as many learning rates as needed.
+            "grid": {"points": 8, "lr": _grid_lrs(-(-n_trials // 8))},
+        }
+    )
+
+
+def _grid_lrs(n: int) -> list[float]:
+    return [10 ** (-4 + 3 * i / max(1, n - 1)) for i in range(n)]
+
+
+def optuna_worker(
+    url: str,
+    study_name: str,
+    n_trials: int,
+    ready: Any,
+    go: Any,
+    steps: int,
+    step_s: float,
+    sampler: str,
+) -> None:
     import optuna
     from optuna.study import MaxTrialsCallback
 
@@ -95,49 +171,47 @@ def optuna_worker(url: str, study_name: str, n_trials: int, ready: Any, go: Any)
     study = optuna.load_study(
         study_name=study_name,
         storage=url,
-        sampler=optuna.samplers.RandomSampler(),
+        sampler=optuna_sampler(sampler, n_trials),
         pruner=optuna.pruners.HyperbandPruner(
-            min_resource=1, max_resource=STEPS, reduction_factor=3
+            min_resource=1, max_resource=steps, reduction_factor=3
         ),
     )
 
     def objective(trial: optuna.Trial) -> float:
-        trial.suggest_float("lr", 1e-4, 1e-1, log=True)
-        trial.suggest_int("width", 8, 64, log=True)
-        for step in range(1, STEPS + 1):
-            time.sleep(STEP_S)
+        lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
+        width = trial.suggest_int("width", 8, 64, log=True)
+        for step in range(1, steps + 1):
+            time.sleep(step_s)
             trial.report(0.5, step)
             if trial.should_prune():
                 raise optuna.TrialPruned()
-        return 0.5
+        return trial_value(lr, width)
 
     ready.release()
     go.wait()
     study.optimize(objective, callbacks=[MaxTrialsCallback(n_trials, states=None)])
 
 
-def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]:
+def run_once(
+    kind: str,
+    url: str,
+    n_trials: int,
+    workers: int,
+    *,
+    sampler: str = "random",
+    steps: int = STEPS,
+    step_s: float = STEP_S,
+) -> dict[str, Any]:
     import optuna
 
     name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     if kind == "hpsearch":
-        from search.config import parse_config
         from search.migrate import upgrade
         from search.sample_ahead import queue_first_trials
         from search.storage import open_storage
         from search.study import create_study
 
-        config = parse_config(
-            {
-                "study": {"name": name, "n_trials": n_trials, "sampler": "random"},
-                "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
-                "task": {"name": "digits", "epochs": STEPS},
-                "space": {
-                    "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
-                    "width": {"type": "int", "low": 8, "high": 64, "log": True},
-                },
-            }
-        )
+        config = _bench_config(name, sampler, n_trials, steps)
         storage = open_storage(url)
         upgrade(storage)
         queue_first_trials(storage, create_study(storage, config)[0])
@@ -151,12 +225,15 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     spawned = time.perf_counter()
     if kind == "hpsearch":
         procs = [
-            ctx.Process(target=hpsearch_worker, args=(url, name, ready, go, log))
+            ctx.Process(target=hpsearch_worker, args=(url, name, ready, go, log, steps, step_s))
             for _ in range(workers)
         ]
     else:
         procs = [
-            ctx.Process(target=optuna_worker, args=(url, name, n_trials, ready, go))
+            ctx.Process(
+                target=optuna_worker,
+                args=(url, name, n_trials, ready, go, steps, step_s, sampler),
+            )
             for _ in range(workers)
         ]
     for p in procs:
@@ -180,10 +257,14 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
     # The study is done when its last trial is recorded finished; the workers' own exit is
     # reported apart.
     done_s = (last_finished_utc(trials) - started_utc).total_seconds()
-    ideal = n_trials * STEPS * STEP_S / workers
+    ideal = n_trials * steps * step_s / workers
     sessions, commits = _database_counters(url)
     return {
         "kind": kind,
+        "sampler": sampler,
+        "trials": n_trials,
+        "steps": steps,
+        "step_s": step_s,
         "db_sessions_opened": sessions - sessions_before - 1,
         "db_commits": commits - commits_before,
         "workers": workers,
@@ -197,7 +278,11 @@ def run_once(kind: str, url: str, n_trials: int, workers: int) -> dict[str, Any]
         "steady_ratio": round(done_s / ideal, 3),
         "cold_ratio": round((done_s + started - spawned) / ideal, 3),
         "machine_busy_cpu_s": round(busy, 1),
-        **_trial_timing(spans, started, ended),
+        # Coordination cost per trial: wall time beyond the trial's own sleep, per worker slot.
+        "overhead_ms_per_trial": round(1000 * (done_s * workers / n_trials - steps * step_s), 1),
+        "machine_cpu_ms_per_trial": round(1000 * busy / n_trials, 1),
+        "db_commits_per_trial": round((commits - commits_before) / n_trials, 1),
+        **_trial_timing(spans, started, ended, steps * step_s, n_trials),
     }
 
 
@@ -224,13 +309,19 @@ def _database_counters(url: str) -> tuple[int, int]:
     return row[0], row[1]
 
 
-def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: float) -> dict:
+def _trial_timing(
+    spans: list[tuple[int, float, float]],
+    started: float,
+    ended: float,
+    trial_s: float,
+    n_trials: int,
+) -> dict:
     """Where the wall time went: inside trials (reports) or between them (claims, waiting)."""
     if not spans:
         return {}
     cpu = [s for s in spans if s[0] == "cpu"]
     spans = [s for s in spans if s[0] != "cpu"]
-    inside = [end - start - STEPS * STEP_S for _, start, end in spans]
+    inside = [end - start - trial_s for _, start, end in spans]
     by_worker: dict[int, list[tuple[float, float]]] = {}
     for pid, start, end in spans:
         by_worker.setdefault(pid, []).append((start, end))
@@ -243,6 +334,7 @@ def _trial_timing(spans: list[tuple[int, float, float]], started: float, ended: 
     last_end = sorted(max(end for _, end in runs) for runs in by_worker.values())
     return {
         "workers_cpu_s": round(sum(c for _, c, _ in cpu), 1),
+        "workers_cpu_ms_per_trial": round(1000 * sum(c for _, c, _ in cpu) / n_trials, 1),
         "trials_per_worker_min_max": [
             min(trials_per_worker, default=0),
             max(trials_per_worker, default=0),
@@ -268,6 +360,9 @@ def main() -> None:
     parser.add_argument("--workers", default="1,8,32")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--sides", default="hpsearch,optuna", help="which sides to run")
+    parser.add_argument("--sampler", default="random", choices=SAMPLERS, help="on both sides")
+    parser.add_argument("--steps", type=int, default=STEPS, help="reports per trial")
+    parser.add_argument("--step-s", type=float, default=STEP_S, help="seconds between reports")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
@@ -278,15 +373,27 @@ def main() -> None:
             # Alternate the order so neither side always runs on a warmer machine.
             kinds = ["hpsearch", "optuna"] if repeat % 2 == 0 else ["optuna", "hpsearch"]
             for kind in [k for k in kinds if k in args.sides.split(",")]:
-                result = run_once(kind, args.storage, args.trials, workers)
+                result = run_once(
+                    kind,
+                    args.storage,
+                    args.trials,
+                    workers,
+                    sampler=args.sampler,
+                    steps=args.steps,
+                    step_s=args.step_s,
+                )
                 results.append(result)
                 print(json.dumps(result), flush=True)
 
+    trial_s = args.steps * args.step_s
     print(
-        f"\nN={args.trials} trials of {STEPS * STEP_S:.0f} s, PostgreSQL, random + Hyperband; "
-        f"{os.cpu_count()} CPUs; ratio = wall / (N * 1 s / W)"
+        f"\nN={args.trials} trials of {args.steps} x {args.step_s:g} s, PostgreSQL, "
+        f"{args.sampler} + Hyperband; {os.cpu_count()} CPUs; ratio = wall / (N * {trial_s:g} s / W)"
     )
-    print(f"{'W':>3}  {'side':<9} {'steady ratio':>20}  {'cold ratio':>20}  {'finished':>8}")
+    print(
+        f"{'W':>3}  {'side':<9} {'steady ratio':>20}  {'cold ratio':>20}  {'finished':>8}  "
+        f"{'overhead ms/trial':>17}  {'worker CPU ms/trial':>19}"
+    )
     for workers in sorted({r["workers"] for r in results}):
         for kind in ("hpsearch", "optuna"):
             rows = [r for r in results if r["workers"] == workers and r["kind"] == kind]
@@ -294,17 +401,26 @@ def main() -> None:
                 print(
                     f"{workers:>3}  {kind:<9} {_spread([r['steady_ratio'] for r in rows]):>20}  "
                     f"{_spread([r['cold_ratio'] for r in rows]):>20}  "
-                    f"{'/'.join(str(r['trials_created']) for r in rows):>8}"
+                    f"{'/'.join(str(r['trials_created']) for r in rows):>8}  "
+                    f"{_spread([r['overhead_ms_per_trial'] for r in rows], 1):>17}  "
+                    f"{_cpu_per_trial(rows):>19}"
                 )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)
 
 
-def _spread(values: list[float]) -> str:
+def _cpu_per_trial(rows: list[dict[str, Any]]) -> str:
+    """The workers' own CPU per trial (measured on the hpsearch side only)."""
+    values = [r["workers_cpu_ms_per_trial"] for r in rows if "workers_cpu_ms_per_trial" in r]
+    return _spread(values, 1) if values else "-"
+
+
+def _spread(values: list[float], digits: int = 3) -> str:
     if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f} (n={len(values)})"
+        return f"{values[0]:.{digits}f}"
+    mean, sd = statistics.mean(values), statistics.stdev(values)
+    return f"{mean:.{digits}f} ± {sd:.{digits}f} (n={len(values)})"
 
 
 def _ensure_database(url: str) -> None:

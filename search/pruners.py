@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
@@ -35,11 +36,24 @@ class HyperbandPruner(optuna.pruners.HyperbandPruner):
         self._brackets: dict[tuple[str, int], int] = {}
 
     def _get_bracket_id(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> int:
-        key = (study.study_name, trial.number)
+        return self.bracket_of(study, trial.number)
+
+    def bracket_of(self, study: optuna.Study, number: int) -> int:
+        """The bracket of trial `number` (Optuna's: a hash of the study name and the number)."""
+        key = (study.study_name, number)
         bracket = self._brackets.get(key)
         if bracket is None:
-            bracket = self._brackets[key] = super()._get_bracket_id(study, trial)
+            if not self._pruners:
+                self._try_initialization(study)  # max_resource is set: reads no trials
+            trial = SimpleNamespace(number=number)  # all Optuna's computation reads
+            bracket = self._brackets[key] = super()._get_bracket_id(study, trial)  # type: ignore[arg-type]
         return bracket
+
+    def halving_pruner(
+        self, study: optuna.Study, number: int
+    ) -> optuna.pruners.SuccessiveHalvingPruner:
+        """The successive halving pruner of trial `number`'s bracket."""
+        return self._pruners[self.bracket_of(study, number)]
 
 
 def make_pruner(config: StudyConfig) -> optuna.pruners.BasePruner:

@@ -12,9 +12,13 @@ they claim. The queue's depth depends on the sampler:
   workers spread out instead of piling onto the current best point.)
 
 Random trials are written whole (lock, count, trials and params) in one transaction on one
-connection. Other samplers go through a real `optuna.Trial` on a row created for it, so every
-sampler hook (grid ids, QMC counters, CMA-ES generations) and the fixed params of trials
-enqueued with plain Optuna work as in Optuna.
+connection. TPE, CMA-ES and GP sample a batch of trials in memory, through real `optuna.Trial`s
+on the process's mirror of the study (`search.sampling_view`: refreshed incrementally, not
+reloaded per sample), each trial seeing the ones sampled before it as running (constant liar),
+and the batch is inserted in one transaction. Grid and QMC go through a real `optuna.Trial` on
+a row created for it in the database, so that their study-wide counters (grid ids, the QMC
+sequence index) are shared as in Optuna. Trials enqueued with plain Optuna's
+`enqueue_trial` (fixed params) are sampled that way too, by the worker that claims them.
 """
 
 from __future__ import annotations
@@ -34,7 +38,14 @@ from optuna.trial import TrialState, create_trial
 from search.db import liveness, trial_rows
 from search.db.trial_rows import Counts
 from search.errors import RuntimeFailure, first_line
-from search.samplers import LEARNS_FROM_RESULTS, distribution, make_sampler, suggest
+from search.samplers import (
+    LEARNS_FROM_RESULTS,
+    STARTUP_TRIALS,
+    distribution,
+    make_sampler,
+    suggest,
+)
+from search.sampling_view import StudyMirror
 from search.space import Param
 from search.storage import Storage, is_transient
 from search.study import StudyRef, load_optuna_study
@@ -55,6 +66,10 @@ class TrialSampler:
         self._optuna_study: optuna.Study | None = None
         self._sampling = threading.Lock()
         self._unqueued: set[int] = set()  # created by this process, not yet claimable
+        self._mirror: StudyMirror | None = None
+        self.depth: int | None = None
+        """The queue's depth when this process last looked (None: not yet); claims that
+        leave fewer trials queued than this top it up."""
 
     def top_up(self, *, stop: threading.Event | None = None, at_least: int = 0) -> bool:
         """If this process wins the sampling lock, fill the queue to its depth (or to
@@ -64,6 +79,7 @@ class TrialSampler:
             missing = self.config.study.n_trials - counts.total
             learns = self.config.study.sampler in LEARNS_FROM_RESULTS
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
+            self.depth = depth
             return min(missing, max(1, depth, at_least) - counts.waiting)
 
         # One sampling thread per process at a time (the worker's loop and its sampler thread
@@ -92,12 +108,12 @@ class TrialSampler:
         with trial_rows.sampling_lock(self.storage, study_id, self.worker_id) as got:
             if not got:
                 return False
-            wanted = how_many(
-                trial_rows.count_trials(self.storage, study_id),
-                liveness.live_workers(self.storage, study_id),
-            )
+            counts = trial_rows.count_trials(self.storage, study_id)
+            wanted = how_many(counts, liveness.live_workers(self.storage, study_id))
             if wanted <= 0:
                 return False
+            if self.config.study.sampler in LEARNS_FROM_RESULTS:
+                return self._sample_in_memory(counts.total, wanted, stop) > 0
             for _ in range(wanted):
                 if stop and stop.is_set():
                     break
@@ -119,6 +135,36 @@ class TrialSampler:
                 trial_rows.enqueue_sampled(self.storage, trial_id)
                 self._unqueued.discard(trial_id)
             return True
+
+    def _sample_in_memory(self, first: int, wanted: int, stop: threading.Event | None) -> int:
+        """Sample `wanted` trials numbered from `first` on the study's mirror and insert them in
+        one transaction (the caller holds the sampling lock); returns how many were queued."""
+        if self._mirror is None:
+            self._mirror = StudyMirror(self.storage, self.study)
+        mirror = self._mirror
+        mirror.refresh()
+        try:
+            for number in range(first, first + wanted):
+                if stop and stop.is_set():
+                    break
+                trial = optuna.Trial(
+                    mirror.study(make_sampler(self.config, number)), mirror.new_trial(number)
+                )
+                for param in self.config.space:
+                    suggest(trial, param)
+        except Exception as exc:
+            mirror.take_sampled()  # nothing was written: the batch is dropped
+            raise RuntimeFailure(
+                f"sampling trial {number} with the {self.config.study.sampler} sampler "
+                f"failed: {type(exc).__name__}: {first_line(exc)}"
+            ) from exc
+        return trial_rows.insert_sampled_trials(
+            self.storage,
+            self.study.study_id,
+            self.worker_id,
+            mirror.take_sampled(),
+            self.config.study.n_trials,
+        )
 
     def sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
         """Sample `space` into trial `trial_id` through Optuna (sampler hooks, fixed params)."""
@@ -144,10 +190,11 @@ class TrialSampler:
 
 
 def queue_first_trials(storage: Storage, study: StudyRef) -> None:
-    """Sample a new study's first trials, for samplers whose points do not depend on results,
-    so that the first workers start at once instead of racing each other to sample."""
-    if study.config.study.sampler in LEARNS_FROM_RESULTS:
-        return
+    """Sample a new study's first trials, so that the first workers start at once instead of
+    racing each other to sample: `PREFILL` for samplers whose points do not depend on results,
+    the start-up trials (random points) of those that learn."""
+    sampler = study.config.study.sampler
+    first = STARTUP_TRIALS[sampler] if sampler in LEARNS_FROM_RESULTS else PREFILL
     # Registered like a worker: should `create` die while sampling, its trials are reaped.
     hostname = socket.gethostname()
     creator = liveness.WorkerInfo(
@@ -161,7 +208,7 @@ def queue_first_trials(storage: Storage, study: StudyRef) -> None:
     liveness.register(storage, creator)
     try:
         TrialSampler(storage, study, creator.worker_id).top_up(
-            at_least=min(PREFILL, study.config.study.n_trials)
+            at_least=min(first, study.config.study.n_trials)
         )
     finally:
         liveness.unregister(storage, creator.worker_id, "created the study")

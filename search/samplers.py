@@ -33,7 +33,7 @@ from search.space import CategoricalParam, FloatParam, Param
 
 __all__ = [
     "LEARNS_FROM_RESULTS",
-    "TPE_STARTUP_TRIALS",
+    "STARTUP_TRIALS",
     "derived_seed",
     "distribution",
     "make_sampler",
@@ -43,9 +43,11 @@ __all__ = [
 LEARNS_FROM_RESULTS = frozenset({"tpe", "cmaes", "gp"})
 """Samplers whose next point depends on finished trials: the queue ahead of them is kept short."""
 
-TPE_STARTUP_TRIALS = 10
-"""Trials TPE samples at random before it models the results (Optuna's default; measured
-against 5 in bench/efficiency.py, see bench/BENCHMARKS.md)."""
+STARTUP_TRIALS = {"tpe": 10, "gp": 10, "cmaes": 1}
+"""Finished trials these samplers need before they learn (Optuna's `n_startup_trials`
+defaults, passed by `make_sampler`; TPE's 10 was measured against 5 in bench/efficiency.py,
+see bench/BENCHMARKS.md); until then they sample at random, so their queue can be as deep as
+random search's."""
 
 
 def derived_seed(seed: int, number: int, purpose: str = "sampler") -> int:
@@ -108,7 +110,7 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
                 multivariate=True,
                 constant_liar=True,
                 seed=seed,
-                n_startup_trials=TPE_STARTUP_TRIALS,
+                n_startup_trials=STARTUP_TRIALS["tpe"],
             )
         # Grid and QMC walk one sequence (a shuffled grid, a scrambled Sobol sequence) indexed
         # by trial number or a counter in the study: every process must use the same seed.
@@ -123,7 +125,15 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
                 warn_asynchronous_seeding=False,
             )
         if name == "cmaes":
-            return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+            return optuna.samplers.CmaEsSampler(
+                seed=seed,
+                n_startup_trials=STARTUP_TRIALS["cmaes"],
+                warn_independent_sampling=False,
+            )
         if name == "gp":
-            return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
+            return optuna.samplers.GPSampler(
+                seed=seed,
+                n_startup_trials=STARTUP_TRIALS["gp"],
+                warn_independent_sampling=False,
+            )
     raise ValueError(f"unknown sampler {name!r}")  # the config was validated: unreachable

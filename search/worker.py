@@ -68,6 +68,9 @@ IDLE_POLL_MAX_S = 1.0
 """Longest wait between two looks for work when nothing is queued."""
 SAMPLING_POLL_S = 0.1
 """Wait between looks for work while another worker samples the next trials."""
+PRUNING_REFRESH_S = 1.0
+"""Longest a running trial's view of the other trials' rung values may lag (it is refreshed in
+the background after each decision, and at least this often)."""
 SAMPLE_AHEAD_BELOW = 16
 """Samplers that do not learn from results (random, grid, QMC) refill the queue once fewer
 trials than this are left after a claim, in one batch, instead of one trial per claim."""
@@ -127,7 +130,7 @@ class Worker:
         so that start-up cost is not paid inside a trial."""
         if self._rungs == []:
             return  # no pruner: nothing to load
-        self._retry(lambda: self._load_pruner().view.get_all_trials(self.study.study_id), "load")
+        self._retry(lambda: self._load_pruner().view.refresh(), "load")
 
     def run(self) -> int:
         """Pull trials until the study is done; returns the process exit code."""
@@ -168,6 +171,8 @@ class Worker:
             self._stop.set()
             beat.join(timeout=5)
             self._reports.close()
+            if self._pruner is not None:
+                self._pruner.close()
             if self._sampler_thread is not None:
                 self._sampler_thread.join(timeout=30)
             try:
@@ -230,13 +235,18 @@ class Worker:
                 raise
 
         claim = self._retry(attempt, "claim a trial")
-        if claim is not None and (
-            claim.waiting is None
-            or claim.waiting < SAMPLE_AHEAD_BELOW
-            or self.config.study.sampler in LEARNS_FROM_RESULTS
-        ):
+        if claim is not None and (claim.waiting is None or claim.waiting < self._sample_below()):
             self._maybe_sample_ahead()
         return claim
+
+    def _sample_below(self) -> float:
+        """Claims that leave fewer trials queued than this top the queue up."""
+        if self.config.study.sampler not in LEARNS_FROM_RESULTS:
+            return SAMPLE_AHEAD_BELOW
+        # Samplers that learn keep a short queue of the latest knowledge: every claim that
+        # leaves it short refills it (unknown until this process has looked: always).
+        depth = self.sampler.depth
+        return float("inf") if depth is None else depth
 
     def _run_claim(self, claim: Claim) -> None:
         self._claim, self._lost = claim, False
@@ -245,6 +255,13 @@ class Worker:
             self._trial_stop.set()
         try:
             params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
+            if self._rungs != []:
+                self._retry(
+                    lambda: self._load_pruner().begin_trial(
+                        claim.trial_id, claim.number, resumed=bool(reported)
+                    ),
+                    "read",
+                )
             run = TrialRun(
                 number=claim.number,
                 trial_id=claim.trial_id,
@@ -282,6 +299,8 @@ class Worker:
             self._lost = True
         finally:
             self._reports.end()
+            if self._pruner is not None:
+                self._pruner.end_trial()
             if self._lost:
                 logger.warning(
                     "trial %d was taken over by another worker (this one was silent for longer "
@@ -417,7 +436,7 @@ class Worker:
 
     def _load_pruner(self) -> Pruner:
         if self._pruner is None:
-            self._pruner = Pruner(self.storage, self.study)
+            self._pruner = Pruner(self.storage, self.study, refresh_s=PRUNING_REFRESH_S)
         return self._pruner
 
     # -- sampling ahead ---------------------------------------------------------------------

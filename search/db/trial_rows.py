@@ -9,6 +9,8 @@ Two ways in:
 
 - `create_sampled_trials`: trials whose params need no history (random search), written whole
   (a transaction-scoped lock, count, trials and params) in one transaction;
+- `insert_sampled_trials`: trials sampled in memory (`search.sampling_view`: TPE, CMA-ES, GP),
+  with their params and the samplers' system attributes, in one transaction, WAITING at once;
 - `create_trial` then `enqueue_sampled`: a RUNNING row under the sampler's lease while Optuna's
   sampler fills its params (a real ``optuna.Trial``), then WAITING for any worker. Should the
   sampler die meanwhile, the reaper queues the half-sampled row, and the worker that claims it
@@ -22,10 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from optuna.distributions import distribution_to_json
 from sqlalchemy.engine import Connection
 
 from search.db.claims import utcnow_naive
@@ -43,12 +48,16 @@ from search.db.tables import (
 )
 from search.storage import Storage
 
+if TYPE_CHECKING:
+    from search.sampling_view import SampledTrial
+
 __all__ = [
     "Counts",
     "count_trials",
     "create_sampled_trials",
     "create_trial",
     "enqueue_sampled",
+    "insert_sampled_trials",
     "remove_unsampled",
     "sampling_lock",
 ]
@@ -157,6 +166,55 @@ def create_sampled_trials(
         return count
 
 
+def insert_sampled_trials(
+    storage: Storage,
+    study_id: int,
+    worker_id: str,
+    sampled: Sequence[SampledTrial],
+    n_trials: int,
+) -> int:
+    """Queue trials sampled in memory, in one transaction: WAITING rows numbered after the
+    study's last, their params, and the system attributes their sampler set (TPE's relative
+    params, CMA-ES's generation and optimizer state), as Optuna's storage would hold them.
+
+    Call while holding the sampling lock: it is checked again here, under the lock row, and
+    never more trials are inserted than `n_trials` allows. Returns how many were inserted.
+    """
+    if not sampled:
+        return 0
+    with storage.transaction() as conn:
+        holder = sa.select(sampling_locks.c.holder).where(sampling_locks.c.study_id == study_id)
+        if storage.is_postgres:
+            holder = holder.with_for_update()
+        if conn.execute(holder).scalar() != worker_id:
+            return 0  # declared dead meanwhile: another worker samples now
+        room = n_trials - _counts(conn, study_id).total
+        params, attrs = [], []
+        for trial in sampled[: max(0, room)]:
+            trial_id = conn.execute(
+                _create_trial_statement(),
+                {"study": study_id, "state": "WAITING", "now": None},
+            ).scalar_one()
+            params += [
+                {
+                    "trial_id": trial_id,
+                    "param_name": name,
+                    "param_value": value,
+                    "distribution_json": distribution_to_json(trial.distributions[name]),
+                }
+                for name, value in trial.params.items()
+            ]
+            attrs += [
+                {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+                for key, value in trial.system_attrs.items()
+            ]
+        if params:
+            conn.execute(sa.insert(trial_params), params)
+        if attrs:
+            conn.execute(sa.insert(trial_system_attributes), attrs)
+    return max(0, min(room, len(sampled)))
+
+
 def create_trial(storage: Storage, study_id: int, worker_id: str) -> tuple[int, int]:
     """Insert the study's next trial, to be sampled through Optuna by this worker and then
     `enqueue_sampled`. It is RUNNING under this worker's lease meanwhile: nobody claims it
@@ -166,7 +224,8 @@ def create_trial(storage: Storage, study_id: int, worker_id: str) -> tuple[int, 
     """
     with storage.transaction() as conn:
         row = conn.execute(
-            _create_trial_statement(), {"study": study_id, "now": utcnow_naive()}
+            _create_trial_statement(),
+            {"study": study_id, "state": "RUNNING", "now": utcnow_naive()},
         ).one()
         conn.execute(
             sa.insert(trial_leases).values(
@@ -275,7 +334,7 @@ def _create_trial_statement() -> sa.Insert:
         .values(
             number=next_number,
             study_id=sa.bindparam("study"),
-            state="RUNNING",
+            state=sa.bindparam("state", type_=trials.c.state.type),
             datetime_start=sa.bindparam("now", type_=sa.DateTime),
         )
         .returning(trials.c.trial_id, trials.c.number)

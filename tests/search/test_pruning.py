@@ -101,3 +101,47 @@ def _drop_attrs_except(url: str, trial_id: int, keep: set[str]) -> None:
                     {"t": trial_id, "k": key},
                 )
     engine.dispose()
+
+
+def test_a_worker_stops_a_poor_trial_at_its_first_rung(storage_url: str, study_name: str) -> None:
+    """In a worker, decisions come from a view refreshed in the background and rung values
+    are written in the background too: a trial worse than every other still stops at the first
+    rung of its Hyperband bracket, and every pruned trial stopped at a rung."""
+    from search.pruners import HyperbandPruner, rung_steps
+
+    config = parse_config(
+        {
+            "study": {"name": study_name, "n_trials": 36, "sampler": "random"},
+            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "digits", "epochs": 9},
+            "space": {"x": {"type": "float", "low": 0.5, "high": 1.0}},
+        }
+    )
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, config)
+
+    def poor_late_trials(run):  # trials 24 and later score a hundredth of the others
+        if run.number >= 24:
+            run.params["x"] = 0.001
+        return curve(run)
+
+    Worker(storage, ref, run_trial=poor_late_trials, grace_s=5, progress=False).run()
+
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    brackets = HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+    first_rung = {0: 1, 1: 3, 2: 9}  # min_resource * 3 ** bracket
+    stopped = 0
+    for trial in study.get_trials(deepcopy=False):
+        last = max(trial.intermediate_values)
+        if trial.state.name == "PRUNED":
+            assert last in rung_steps(config.pruner, 9), (trial.number, last)
+        bracket = brackets.bracket_of(study, trial.number)
+        if trial.number >= 24 and first_rung[bracket] < 9:
+            assert trial.state.name == "PRUNED" and last == first_rung[bracket], (
+                trial.number,
+                bracket,
+                trial.state,
+                last,
+            )
+            stopped += 1
+    assert stopped >= 2
