@@ -104,8 +104,9 @@ def describe(results: list[RunResult], target: float) -> dict[str, Any]:
     return {
         "epochs_to_target": to_target,
         "median": None if math.isinf(median) else median,
-        "q25": float(np.quantile(as_inf, 0.25)),
-        "q75": float(np.quantile(as_inf, 0.75)),
+        # Nearest ranks, so that a run that never reached the target stays infinite.
+        "q25": float(np.quantile(as_inf, 0.25, method="lower")),
+        "q75": float(np.quantile(as_inf, 0.75, method="higher")),
         "min": min(finite) if finite else None,
         "max": max(finite) if finite else None,
         "reached": len(finite),
