@@ -5,13 +5,16 @@ same optimizer and scheduler steps. (b) A pruning decision stops both ranks at t
 (c) A stop request preempts both ranks with a checkpoint, and one process resumes it to the
 weights of an uninterrupted run. (d) A rank that raises ends the trial FAIL, saying which rank.
 (e) Through `hpsearch worker` on PostgreSQL: a rank killed with SIGKILL hands its trial back
-at once (a failed attempt), the worker retries it, and the study completes.
+at once (a failed attempt), the worker retries it, and the study completes; SIGTERM to a
+2-rank worker checkpoints and hands back, and a one-process worker finishes the trial from that
+checkpoint.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -27,7 +30,13 @@ from search.study import create_study
 from search.trial_group import gpu_groups, run_trial_group, trial_devices
 from search.trial_run import TrialRun
 from tests.conftest import REPO
-from tests.search.processes import query
+from tests.search.processes import (
+    WorkerProcess,
+    query,
+    reported_epochs,
+    trial_states,
+    wait_for,
+)
 from tests.search.test_cli import hpsearch
 from trainer import DirectoryCheckpointStore, resolve_task, train
 
@@ -297,3 +306,38 @@ def test_a_bad_gpus_per_trial_is_one_line_and_exit_2(
         name=study_name,
     )
     assert registered[0][0] == 0
+
+
+def test_sigterm_checkpoints_both_ranks_and_one_process_finishes_the_trial(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    epochs = 6
+    config = write_config(tmp_path, study_name)
+    config.write_text(config.read_text().replace("epochs = 2", f"epochs = {epochs}"))
+    create_study(open_storage(pg_url), load_config(config))
+    first = WorkerProcess(
+        pg_url, study_name, tmp_path, grace_s=5, name="two-ranks", extra=("--gpus-per-trial", "2")
+    )
+    try:
+        wait_for(lambda: reported_epochs(pg_url, study_name, 0) >= 1, 180, "epoch 1", [first])
+        signalled = time.monotonic()
+        first.signal(signal.SIGTERM)  # the worker's process group: the ranks have their own
+        assert first.wait(60) == 0, first.log()
+        stopped_in = time.monotonic() - signalled
+    finally:
+        first.kill()
+    assert stopped_in < 20, f"took {stopped_in:.1f} s to checkpoint and hand back"
+    assert trial_states(pg_url, study_name) == {"WAITING": 1}, first.log()
+    assert "handed back for another worker" in first.log()
+
+    second = WorkerProcess(pg_url, study_name, tmp_path, grace_s=5, name="one-process")
+    try:
+        assert second.wait(180) == 0, second.log()
+    finally:
+        second.kill()
+    trial = optuna.load_study(study_name=study_name, storage=pg_url).trials[0]
+    assert trial.state.name == "COMPLETE"
+    # The 2-rank checkpoint (in PostgreSQL) went on in one process, not from scratch.
+    assert trial.user_attrs["resumed_from"]["epoch"] >= 1, trial.user_attrs
+    assert trial.user_attrs["epochs_trained"] == epochs
+    assert "data_parallel" not in trial.user_attrs
