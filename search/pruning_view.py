@@ -124,9 +124,8 @@ class PruningStorage(optuna.storages.BaseStorage):
             return self._trials[trial_id]
 
     def refresh(self) -> None:
-        """Read what changed since the last look."""
-        with self._lock:
-            self._refresh()
+        """Read what changed since the last look (decisions meanwhile use what is known)."""
+        self._refresh()
 
     def knows(self, trial_id: int) -> bool:
         with self._lock:
@@ -161,13 +160,20 @@ class PruningStorage(optuna.storages.BaseStorage):
     def flush_writes(self) -> bool:
         """Write the rung values kept for writing in the background; True if there were any.
         A database error leaves the rest for the next call."""
-        with self._lock:  # a refresh meanwhile would read the rows without the values
-            wrote = bool(self._pending)
-            while self._pending:
-                trial_id, attrs = next(iter(self._pending.items()))
-                self._write_attributes(trial_id, attrs)
-                del self._pending[trial_id]
-            return wrote
+        # Called from the thread that refreshes: no refresh reads the rows meanwhile. Decisions
+        # go on while it writes.
+        with self._lock:
+            pending = {trial_id: dict(attrs) for trial_id, attrs in self._pending.items()}
+        for trial_id, attrs in pending.items():
+            self._write_attributes(trial_id, attrs)
+            with self._lock:
+                left = self._pending.get(trial_id, {})
+                for key, value in attrs.items():
+                    if left.get(key) == value:
+                        del left[key]
+                if not left:
+                    self._pending.pop(trial_id, None)
+        return bool(pending)
 
     def has_pending_writes(self) -> bool:
         with self._lock:
@@ -223,7 +229,10 @@ class PruningStorage(optuna.storages.BaseStorage):
         self._inner.set_trial_user_attr(trial_id, key, value)
 
     def _refresh(self) -> None:
-        """Read trials that are new or were unfinished last time; finished ones never change."""
+        """Read trials that are new or were unfinished last time; finished ones never change.
+        The lock is not held while the database answers."""
+        with self._lock:
+            max_seen, unfinished = self._max_id, sorted(self._unfinished)
         with self._storage.autocommit() as conn:
             dialect = conn.dialect.name
             # One round trip: the trials and the rung attributes successive halving compares.
@@ -231,8 +240,8 @@ class PruningStorage(optuna.storages.BaseStorage):
                 _changed_trials_statement(dialect),
                 {
                     "study": self._study.study_id,
-                    "max_seen": self._max_id,
-                    "ids": bound_ids(dialect, sorted(self._unfinished)),
+                    "max_seen": max_seen,
+                    "ids": bound_ids(dialect, unfinished),
                 },
             ).all()
             if not joined:
@@ -250,6 +259,15 @@ class PruningStorage(optuna.storages.BaseStorage):
                     _curves_statement(dialect), {"ids": bound_ids(dialect, finished)}
                 ):
                     steps.setdefault(trial_id, []).append((step, value, kind))
+        with self._lock:
+            self._apply(rows, attrs, steps)
+
+    def _apply(
+        self,
+        rows: Any,
+        attrs: dict[int, list[tuple[str, str]]],
+        steps: dict[int, list[tuple[int, float | None, str]]],
+    ) -> None:
         for r in rows:
             state = _STATES[r.state]
             system_attrs = {k: json.loads(v) for k, v in attrs.get(r.trial_id, [])}
@@ -495,8 +513,15 @@ def _changed_trials_statement(dialect: str) -> sa.Select:
         sa.select(t.c.trial_id, t.c.number, t.c.state, a.c.key, a.c.value_json)
         .select_from(t.outerjoin(a, rung))
         .where(
-            t.c.study_id == sa.bindparam("study"),
-            sa.or_(t.c.trial_id > sa.bindparam("max_seen"), in_bound_ids(dialect, t.c.trial_id)),
+            # Both branches on the primary key (the ids are this study's): reads only what
+            # changed, not every trial of the study.
+            sa.or_(
+                sa.and_(
+                    t.c.trial_id > sa.bindparam("max_seen"),
+                    t.c.study_id == sa.bindparam("study"),
+                ),
+                in_bound_ids(dialect, t.c.trial_id),
+            )
         )
     )
 

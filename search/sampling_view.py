@@ -340,8 +340,11 @@ def _changed_trials_statement(dialect: str) -> sa.Select:
     return sa.select(
         t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete
     ).where(
-        t.c.study_id == sa.bindparam("study"),
-        sa.or_(t.c.trial_id > sa.bindparam("max_seen"), in_bound_ids(dialect, t.c.trial_id)),
+        # Both branches on the primary key (the ids are this study's): reads only what changed.
+        sa.or_(
+            sa.and_(t.c.trial_id > sa.bindparam("max_seen"), t.c.study_id == sa.bindparam("study")),
+            in_bound_ids(dialect, t.c.trial_id),
+        )
     )
 
 
