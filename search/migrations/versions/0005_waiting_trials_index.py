@@ -1,12 +1,13 @@
-"""An index of each study's queued trials: claims and queue counts stay flat at 10k trials.
+"""An index of each study's queued trials, for claims and queue counts.
 
 A claim picks the lowest-numbered WAITING trial of a study and counts the ones left; through
 Optuna's index on `trials.study_id` alone that reads every trial of the study. A partial index
 on (study_id, number) of the WAITING trials holds only the queue. It is an index on Optuna's
-`trials` table, which Optuna neither creates nor checks.
+`trials` table, which Optuna neither creates nor checks. (Measured at 10k trials it did not
+make the per-trial overhead flat: bench/BENCHMARKS.md.)
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 Create Date: 2026-12-01
 """
 
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
