@@ -54,6 +54,7 @@ from search.db.tables import (
 from search.pruners import HyperbandPruner, make_pruner
 from search.storage import Storage, is_transient
 from search.study import StudyRef
+from search.study_view import StudyFactsStorage
 
 __all__ = ["Pruner", "PruningStorage", "RungValues"]
 
@@ -65,7 +66,7 @@ RUNG_PREFIX = "completed_rung_"
 _STATES = {s.name: s for s in TrialState}
 
 
-class PruningStorage(optuna.storages.BaseStorage):
+class PruningStorage(StudyFactsStorage):
     """A study's storage as pruners need it: trial reads are light and incremental.
 
     Trials come back with number, state, their `completed_rung_*` system attributes and, for the
@@ -75,11 +76,10 @@ class PruningStorage(optuna.storages.BaseStorage):
     """
 
     def __init__(self, storage: Storage, study: StudyRef) -> None:
+        super().__init__(study)  # its id, name and direction: answered without a query
         self._storage = storage
         self._inner = storage.optuna_storage()
-        self._study = study
         self._with_curves = study.config.pruner.type == "median"
-        self._directions = [StudyDirection[study.config.study.direction.upper()]]
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial
         self._sorted: list[FrozenTrial] | None = None  # _trials by number, until one changes
         self._unfinished: set[int] = set()
@@ -91,16 +91,6 @@ class PruningStorage(optuna.storages.BaseStorage):
         """Rung values are kept in `_pending` and written by `flush_writes` (a worker's
         background thread) instead of at once."""
         self._pending: dict[int, dict[str, Any]] = {}  # trial_id -> attributes not written yet
-
-    # Immutable study facts: answered without a query (a _BracketStudy asks on every decision).
-    def get_study_id_from_name(self, study_name: str) -> int:
-        return self._study.study_id
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self._study.name
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return list(self._directions)
 
     def get_all_trials(
         self,

@@ -50,6 +50,7 @@ from search.db.tables import (
 from search.pruners import make_pruner
 from search.storage import Storage
 from search.study import StudyRef
+from search.study_view import StudyFactsStorage
 
 __all__ = ["SampledTrial", "StudyMirror"]
 
@@ -71,7 +72,7 @@ class SampledTrial:
         self.system_attrs = dict(trial.system_attrs)
 
 
-class StudyMirror(optuna.storages.BaseStorage):
+class StudyMirror(StudyFactsStorage):
     """A study's trials in memory, for sampling; refreshed incrementally by `refresh`.
 
     Trials hold number, state, params, values, system attributes and (pruned trials, which TPE
@@ -80,9 +81,8 @@ class StudyMirror(optuna.storages.BaseStorage):
     """
 
     def __init__(self, storage: Storage, study: StudyRef) -> None:
+        super().__init__(study)
         self._storage = storage
-        self._study = study
-        self._directions = [StudyDirection[study.config.study.direction.upper()]]
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial, from the database
         self._sampled: dict[int, FrozenTrial] = {}  # provisional id (< 0) -> trial in memory
         self._sorted: list[FrozenTrial] | None = None
@@ -221,15 +221,6 @@ class StudyMirror(optuna.storages.BaseStorage):
         return self._sorted
 
     # -- what samplers read ---------------------------------------------------------------------
-
-    def get_study_id_from_name(self, study_name: str) -> int:
-        return self._study.study_id
-
-    def get_study_name_from_id(self, study_id: int) -> str:
-        return self._study.name
-
-    def get_study_directions(self, study_id: int) -> list[StudyDirection]:
-        return list(self._directions)
 
     def get_all_trials(
         self,
