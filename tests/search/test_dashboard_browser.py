@@ -105,11 +105,20 @@ def make_study(url: str, name: str, workdir: Path) -> int:
 
 
 def wait_until(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
+    # The page re-renders while it loads: an element read between two renders is stale, which
+    # only means "not yet", like one not there.
+    ignored = (NoSuchElementException, StaleElementReferenceException)
     try:
-        return WebDriverWait(driver, PAGE_WAIT_S, poll_frequency=0.5).until(condition)
+        return WebDriverWait(
+            driver, PAGE_WAIT_S, poll_frequency=0.5, ignored_exceptions=ignored
+        ).until(condition)
     except TimeoutException:
         body = driver.find_element("tag name", "body").text[:2000]
         raise AssertionError(
