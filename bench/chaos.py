@@ -139,11 +139,11 @@ def run_soak(
     """Run one soak; returns what happened. Raises AssertionError if the study never ends."""
     import optuna
 
-    from search.config import load_config
-    from search.migrate import upgrade
-    from search.sample_ahead import queue_first_trials
-    from search.storage import open_storage
-    from search.study import create_study
+    from search.db.migrate import upgrade
+    from search.db.storage import open_storage
+    from search.sampling.sample_ahead import queue_first_trials
+    from search.study.config import load_config
+    from search.study.studies import create_study
     from tests.search.processes import WorkerProcess, query, trial_states
 
     rng = random.Random(seed)

@@ -59,7 +59,8 @@ def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
         distribution_to_json,
     )
 
-    from search.config import parse_config
+    from search.db.migrate import upgrade
+    from search.db.storage import open_storage
     from search.db.tables import (
         trial_intermediate_values,
         trial_params,
@@ -67,10 +68,9 @@ def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
         trial_values,
         trials,
     )
-    from search.migrate import upgrade
-    from search.storage import open_storage
-    from search.study import create_study
-    from search.study_note import save_study_note
+    from search.study.config import parse_config
+    from search.study.note import save_study_note
+    from search.study.studies import create_study
 
     name = f"large-{n_trials}"
     config = parse_config(

@@ -3,13 +3,13 @@
     python bench/efficiency.py                       # 5 seeds, about 20 minutes on 2 busy cores
     python bench/efficiency.py --seeds 2 --budget 12 --epochs 9 --no-variants   # a smoke run
 
-Built on `hpsearch compare`'s own pieces (search.compare plans the studies, search.compare_report
-reads them back): random without pruning, random + Hyperband, TPE without, TPE + Hyperband and
-grid, each `--seeds` times (independent seeds) at the same budget of trials, on a task where
-tuning matters (bench/efficiency_task.py: an MLP on 600 digits images; the learning rate ranges
-over five decades, a bad one costs tens of points). Then, with the same target, a few settings
-of TPE + Hyperband (min_resource, reduction factor, TPE's random startup trials), to choose
-the defaults from numbers.
+Built on `hpsearch compare`'s own pieces (search.compare.run plans the studies,
+search.compare.report reads them back): random without pruning, random + Hyperband, TPE
+without, TPE + Hyperband and grid, each `--seeds` times (independent seeds) at the same budget
+of trials, on a task where tuning matters (bench/efficiency_task.py: an MLP on 600 digits
+images; the learning rate ranges over five decades, a bad one costs tens of points). Then,
+with the same target, a few settings of TPE + Hyperband (min_resource, reduction factor, TPE's
+random startup trials), to choose the defaults from numbers.
 
 The target is compare's rule, fixed before any strategy's epochs are counted: the 25th
 percentile of the final bests of every run of the five main strategies, pooled. Epochs to
@@ -37,13 +37,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import search.samplers
-from search.compare import CompareRequest, Strategy, plan_compare, prepare_studies
-from search.compare_report import RunResult, collect, pooled_target, summarize
-from search.config import PrunerSettings, StudyConfig, parse_config
-from search.status import study_status
-from search.storage import open_storage
-from search.worker import Worker
+import search.sampling.samplers
+from search.compare.report import RunResult, collect, pooled_target, summarize
+from search.compare.run import CompareRequest, Strategy, plan_compare, prepare_studies
+from search.db.storage import open_storage
+from search.monitor.status import study_status
+from search.study.config import PrunerSettings, StudyConfig, parse_config
+from search.worker.loop import Worker
 
 MAIN = [
     Strategy("random", "none"),
@@ -171,14 +171,14 @@ def main() -> None:
                         type="hyperband", min_resource=min_resource, reduction_factor=factor
                     ),
                 )
-                saved = search.samplers.STARTUP_TRIALS["tpe"]
-                search.samplers.STARTUP_TRIALS["tpe"] = startup
+                saved = search.sampling.samplers.STARTUP_TRIALS["tpe"]
+                search.sampling.samplers.STARTUP_TRIALS["tpe"] = startup
                 try:
                     _, vresults = run_all(
                         url, variant, [Strategy("tpe", "hyperband")], args.seeds, args.budget
                     )
                 finally:
-                    search.samplers.STARTUP_TRIALS["tpe"] = saved
+                    search.sampling.samplers.STARTUP_TRIALS["tpe"] = saved
                 variants[label] = describe(vresults, target)
     elapsed = time.monotonic() - started
 

@@ -66,10 +66,10 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
     import sqlalchemy as sa
 
     from bench.scheduler import last_finished_utc
-    from search.config import load_config
-    from search.sample_ahead import queue_first_trials
-    from search.storage import open_storage
-    from search.study import create_study
+    from search.db.storage import open_storage
+    from search.sampling.sample_ahead import queue_first_trials
+    from search.study.config import load_config
+    from search.study.studies import create_study
 
     name = f"preempt-{uuid.uuid4().hex[:8]}"
     config = workdir / f"{name}.toml"
@@ -130,9 +130,9 @@ def checkpoint_costs(url: str, repeats: int) -> dict[str, Any]:
     """Size and save/load times of a real checkpoint of the built-in model."""
     import torch
 
-    from search.artifacts import DatabaseArtifactStore, DirectoryArtifactStore
-    from search.migrate import upgrade
-    from search.storage import open_storage
+    from search.db.migrate import upgrade
+    from search.db.storage import open_storage
+    from search.worker.artifacts import DatabaseArtifactStore, DirectoryArtifactStore
     from trainer import DirectoryCheckpointStore, TrainConfig, resolve_task, train
 
     with tempfile.TemporaryDirectory() as tmp:

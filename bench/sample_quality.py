@@ -56,13 +56,13 @@ def score(params: dict[str, Any]) -> float:
 
 
 def run_hpsearch(url: str, sampler: str, n_trials: int, workers: int, seed: int, step_s: float):
-    from search.config import parse_config
-    from search.migrate import upgrade
-    from search.sample_ahead import queue_first_trials
-    from search.storage import open_storage
-    from search.study import create_study, open_study
-    from search.trial_run import TrialOutcome
-    from search.worker import Worker
+    from search.db.migrate import upgrade
+    from search.db.storage import open_storage
+    from search.sampling.sample_ahead import queue_first_trials
+    from search.study.config import parse_config
+    from search.study.studies import create_study, open_study
+    from search.worker.loop import Worker
+    from search.worker.trial_run import TrialOutcome
 
     name = f"quality-hpsearch-{uuid.uuid4().hex[:8]}"
     config = parse_config(

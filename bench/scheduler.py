@@ -14,7 +14,7 @@ least N points).
 
 Plain Optuna: each worker process runs `study.optimize` with `MaxTrialsCallback(N)`, reporting
 with `trial.report` and asking `trial.should_prune()` every step, as the Optuna docs do.
-hpsearch: each process runs `search.worker.Worker` with the same trial function.
+hpsearch: each process runs `search.worker.loop.Worker` with the same trial function.
 
 Two clocks per run, both stopped when the study's last trial is recorded finished in the
 database: "steady" starts when every worker process has imported its libraries and connected
@@ -76,10 +76,10 @@ def trial_value(lr: float, width: int) -> float:
 def hpsearch_worker(
     url: str, study: str, ready: Any, go: Any, log: Any, steps: int, step_s: float
 ) -> None:
-    from search.storage import open_storage
-    from search.study import open_study
-    from search.trial_run import TrialOutcome
-    from search.worker import Worker
+    from search.db.storage import open_storage
+    from search.study.studies import open_study
+    from search.worker.loop import Worker
+    from search.worker.trial_run import TrialOutcome
 
     def one_trial(run: Any) -> TrialOutcome:
         start = time.perf_counter()
@@ -133,7 +133,7 @@ def optuna_sampler(name: str, n_trials: int) -> Any:
 
 
 def _bench_config(name: str, sampler: str, n_trials: int, steps: int) -> Any:
-    from search.config import parse_config
+    from search.study.config import parse_config
 
     return parse_config(
         {
@@ -206,10 +206,10 @@ def run_once(
 
     name = f"bench-{kind}-{uuid.uuid4().hex[:8]}"
     if kind == "hpsearch":
-        from search.migrate import upgrade
-        from search.sample_ahead import queue_first_trials
-        from search.storage import open_storage
-        from search.study import create_study
+        from search.db.migrate import upgrade
+        from search.db.storage import open_storage
+        from search.sampling.sample_ahead import queue_first_trials
+        from search.study.studies import create_study
 
         config = _bench_config(name, sampler, n_trials, steps)
         storage = open_storage(url)

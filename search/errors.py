@@ -1,7 +1,8 @@
 """Errors that end a command with one line, and one line from any error.
 
-Exit codes (README): 2 for bad input (`search.config.ConfigError`, `search.storage.StorageError`),
-1 for `RuntimeFailure`, a failure of this process or this machine rather than of the input.
+Exit codes (README): 2 for bad input (`search.study.config.ConfigError`,
+`search.db.storage.StorageError`), 1 for `RuntimeFailure`, a failure of this process or this
+machine rather than of the input.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from search.migrate import upgrade
-from search.storage import open_storage
+from search.db.migrate import upgrade
+from search.db.storage import open_storage
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """One rank of a data-parallel trial: ``python -m trainer.distributed``, started K times.
 
-A launcher (the search side's ``search.trial_group``) starts K of these processes with the
+A launcher (the search side's ``search.worker.trial_group``) starts K of these processes with the
 usual torch.distributed environment (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
 ``TRAINER_DEVICE`` (``cpu`` or ``cuda:N``) and ``TRAINER_CONTROL_FD``: one end of a socket pair
 to the launcher, over which pickled tuples travel:

@@ -9,6 +9,6 @@
 - `fenced_writes`: a held trial's reports, its end, its hand-back;
 - `checkpoint_pointers`: which artifact holds a trial's latest checkpoint.
 
-Every connection and transaction comes from `search.storage.Storage` (``transaction``,
+Every connection and transaction comes from `search.db.storage.Storage` (``transaction``,
 ``autocommit``, ``read``).
 """

@@ -16,8 +16,8 @@ from sqlalchemy.engine import Connection
 
 from search.db.leases import Claim, fence
 from search.db.statements import upsert_attributes
+from search.db.storage import Storage
 from search.db.tables import trial_system_attributes
-from search.storage import Storage
 
 __all__ = ["POINTER_ATTR", "drop_pointer", "move_pointer", "read_pointer"]
 

@@ -22,8 +22,8 @@ from sqlalchemy.dialects import postgresql
 
 from search.db.leases import Claim, TrialData
 from search.db.statements import db_now, insert_for
+from search.db.storage import Storage
 from search.db.tables import trial_intermediate_values, trial_leases, trial_params, trials
-from search.storage import Storage
 
 __all__ = ["claim_next_trial", "held_claims", "read_trial_data", "utcnow_naive"]
 

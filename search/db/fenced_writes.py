@@ -22,6 +22,7 @@ from search.db.claims import utcnow_naive
 from search.db.crash_budget import record_failed_attempt
 from search.db.leases import Claim, LeaseLost, fence, lease_matches, lease_params, release
 from search.db.statements import insert_for, upsert_attributes, write_intermediate_values
+from search.db.storage import Storage
 from search.db.tables import (
     FINISHED_STATES,
     trial_intermediate_values,
@@ -32,7 +33,6 @@ from search.db.tables import (
     trials,
     value_kind,
 )
-from search.storage import Storage
 
 __all__ = ["finish", "hand_back", "report"]
 

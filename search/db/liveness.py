@@ -1,7 +1,7 @@
 """Worker liveness: who is alive, and queuing again the trials of workers that went silent.
 
 Workers register in ``workers`` and heartbeat there (every grace/6 seconds, see
-`search.worker`). A trial whose worker has been silent for longer than the grace period *that
+`search.worker.loop`). A trial whose worker has been silent for longer than the grace period *that
 worker declared* is handed back (WAITING) by any other worker, in `reap`; its params,
 intermediate values and checkpoint stay, so the next worker resumes it where it was. After a
 PostgreSQL restart every worker gets a fresh grace period (silence is counted from the server's
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from search.db.crash_budget import record_failed_attempt
 from search.db.leases import Claim, holds, release
 from search.db.statements import db_now
+from search.db.storage import Storage
 from search.db.tables import trial_leases, trials, workers
-from search.storage import Storage
 
 __all__ = [
     "Reaped",

@@ -6,7 +6,7 @@ The two databases need different SQL in a few places, all of them here:
 - upserts: `insert_for` gives the dialect's INSERT, whose ``on_conflict_do_update`` both have;
 - lists of ids bound as one parameter: `in_bound_ids` (``= ANY(array)`` on PostgreSQL keeps the
   statement's text the same for any number of ids; SQLite reads a JSON array);
-- locks: `pg_advisory` (PostgreSQL); SQLite's ``BEGIN IMMEDIATE`` (see `search.storage`)
+- locks: `pg_advisory` (PostgreSQL); SQLite's ``BEGIN IMMEDIATE`` (see `search.db.storage`)
   already serializes every writer.
 
 Statements that are whole different shapes on the two databases (a claim is one statement with

@@ -9,12 +9,12 @@ Two ways in:
 
 - `create_sampled_trials`: trials whose params need no history (random search), written whole
   (a transaction-scoped lock, count, trials and params) in one transaction;
-- `insert_sampled_trials`: trials sampled in memory (`search.sampling_view`: TPE, CMA-ES, GP),
+- `insert_sampled_trials`: trials sampled in memory (`search.sampling.view`: TPE, CMA-ES, GP),
   with their params and the samplers' system attributes, in one transaction, WAITING at once;
 - `create_trial` then `enqueue_sampled`: a RUNNING row under the sampler's lease while Optuna's
   sampler fills its params (a real ``optuna.Trial``), then WAITING for any worker. Should the
   sampler die meanwhile, the reaper queues the half-sampled row, and the worker that claims it
-  samples the missing params (`search.worker`).
+  samples the missing params (`search.worker.loop`).
 
 Caveat (as Optuna's GridSampler notes for itself): trials created outside hpsearch (e.g. with
 plain ``study.enqueue_trial``) are run by hpsearch workers, but count towards `n_trials`.
@@ -36,6 +36,7 @@ from sqlalchemy.engine import Connection
 from search.db.claims import utcnow_naive
 from search.db.liveness import live_workers_clause
 from search.db.statements import LOCK_CLASS, db_now, insert_for
+from search.db.storage import Storage
 from search.db.tables import (
     FINISHED_STATES,
     sampling_locks,
@@ -46,10 +47,9 @@ from search.db.tables import (
     trials,
     workers,
 )
-from search.storage import Storage
 
 if TYPE_CHECKING:
-    from search.sampling_view import SampledTrial
+    from search.sampling.view import SampledTrial
 
 __all__ = [
     "Counts",

@@ -13,10 +13,10 @@ import sys
 import time
 from typing import Any
 
-from search.storage import open_storage
-from search.study import open_study
-from search.trial_run import TrialOutcome, TrialRun
-from search.worker import Worker
+from search.db.storage import open_storage
+from search.study.studies import open_study
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
 
 
 def curve(run: TrialRun, epoch_s: float = 0.01) -> TrialOutcome:

@@ -11,18 +11,18 @@ import pytest
 from optuna.artifacts import download_artifact, get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from search.artifacts import (
+from search.db import claims, liveness
+from search.db.leases import LeaseLost
+from search.db.storage import open_storage
+from search.study.studies import create_study
+from search.worker.artifacts import (
     DatabaseArtifactStore,
     DirectoryArtifactStore,
     TrialCheckpoints,
     artifact_store_for,
 )
-from search.db import claims, liveness
-from search.db.leases import LeaseLost
-from search.storage import open_storage
-from search.study import create_study
-from search.trial_run import TrialOutcome, TrialRun
-from search.worker import Worker
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register
 
 

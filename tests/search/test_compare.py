@@ -11,8 +11,9 @@ import optuna
 import pytest
 from optuna.artifacts import get_all_artifact_meta
 
-from search.cli import main
-from search.compare import (
+from search.commands.cli import main
+from search.compare.report import RunResult, TrialPoint, summarize
+from search.compare.run import (
     CompareRequest,
     Strategy,
     grid_for_budget,
@@ -20,11 +21,10 @@ from search.compare import (
     plan_compare,
     prepare_studies,
 )
-from search.compare_report import RunResult, TrialPoint, summarize
-from search.config import parse_config
-from search.storage import open_storage
-from search.trial_run import TrialOutcome, TrialRun
-from search.worker import Worker
+from search.db.storage import open_storage
+from search.study.config import parse_config
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
 from tests.search.processes import query
 
 TINY = """

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from search.config import ConfigError, StudyConfig, load_config, parse_config
-from search.space import CategoricalParam, FloatParam, IntParam
+from search.study.config import ConfigError, StudyConfig, load_config, parse_config
+from search.study.space import CategoricalParam, FloatParam, IntParam
 from tests.conftest import REPO
 
 GOOD: dict[str, Any] = {

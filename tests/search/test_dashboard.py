@@ -19,8 +19,8 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from search.artifacts import DatabaseArtifactStore
-from search.storage import open_storage
+from search.db.storage import open_storage
+from search.worker.artifacts import DatabaseArtifactStore
 from tests.search.dashboard_process import DashboardProcess
 from tests.search.processes import WorkerProcess, reported_epochs, wait_for
 from tests.search.test_cli import hpsearch, write_config
@@ -255,7 +255,7 @@ def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path
 
     from optuna_dashboard import wsgi
 
-    from search.dashboard import _scan_each_finished_trial_once
+    from search.monitor.dashboard import _scan_each_finished_trial_once
 
     url = f"sqlite:///{tmp_path / 'summary.db'}"
     study = optuna.create_study(storage=url, study_name="summary", direction="maximize")
@@ -291,7 +291,7 @@ def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path
 def test_large_studies_are_named_when_it_starts(
     made_study: MadeStudy, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from search import dashboard
+    from search.monitor import dashboard
 
     storage = open_storage(pg_url)
     try:

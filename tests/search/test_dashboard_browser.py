@@ -24,10 +24,10 @@ import sqlalchemy as sa
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from search.config import load_config
-from search.storage import open_storage
-from search.study import create_study
-from search.study_note import save_study_note
+from search.db.storage import open_storage
+from search.study.config import load_config
+from search.study.note import save_study_note
+from search.study.studies import create_study
 from tests.search.dashboard_process import DashboardProcess
 from tests.search.test_cli import write_config
 

@@ -13,12 +13,11 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from search import migrate
-from search.artifacts import DatabaseArtifactStore, DirectoryArtifactStore, TrialCheckpoints
-from search.db import liveness, trial_rows
-from search.fleet import list_workers
-from search.storage import StorageError, open_storage
-from search.study import create_study
+from search.db import liveness, migrate, trial_rows
+from search.db.storage import StorageError, open_storage
+from search.monitor.workers import list_workers
+from search.study.studies import create_study
+from search.worker.artifacts import DatabaseArtifactStore, DirectoryArtifactStore, TrialCheckpoints
 from tests.conftest import fresh_database, migrated
 from tests.search.test_cli import hpsearch, write_config
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register

@@ -10,11 +10,11 @@ from typing import Any
 
 import optuna
 
-from search.cli import _run_worker_processes, _WorkerOptions
-from search.config import parse_config
-from search.sample_ahead import queue_first_trials
-from search.storage import open_storage
-from search.study import create_study
+from search.commands.cli import _run_worker_processes, _WorkerOptions
+from search.db.storage import open_storage
+from search.sampling.sample_ahead import queue_first_trials
+from search.study.config import parse_config
+from search.study.studies import create_study
 from tests.conftest import REPO
 from tests.search.device_fault_task import ILLEGAL_ACCESS, POISON_X
 from tests.search.processes import WorkerProcess

@@ -9,13 +9,13 @@ from typing import Any
 import optuna
 import pytest
 
-from search.config import ConfigError, parse_config
 from search.db import claims, fenced_writes, liveness, trial_rows
 from search.db.leases import Claim, LeaseLost
-from search.sample_ahead import queue_first_trials
-from search.storage import Storage, open_storage
-from search.study import create_study
-from search.worker import Worker
+from search.db.storage import Storage, open_storage
+from search.sampling.sample_ahead import queue_first_trials
+from search.study.config import ConfigError, parse_config
+from search.study.studies import create_study
+from search.worker.loop import Worker
 from tests.search.objectives import curve, join_all, start_workers
 from tests.search.processes import query
 

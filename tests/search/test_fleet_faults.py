@@ -8,9 +8,9 @@ import json
 import optuna
 import sqlalchemy as sa
 
-from search.sample_ahead import queue_first_trials
-from search.storage import open_storage
-from search.study import CONFIG_ATTR, create_study
+from search.db.storage import open_storage
+from search.sampling.sample_ahead import queue_first_trials
+from search.study.studies import CONFIG_ATTR, create_study
 from tests.search.objectives import POISON_X, join_all, start_workers
 from tests.search.processes import WorkerProcess, query
 from tests.search.test_dispatch import make_config

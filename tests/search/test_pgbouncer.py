@@ -7,9 +7,9 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from search.sample_ahead import queue_first_trials
-from search.storage import open_storage
-from search.study import create_study
+from search.db.storage import open_storage
+from search.sampling.sample_ahead import queue_first_trials
+from search.study.studies import create_study
 from tests.search.objectives import join_all, start_workers
 from tests.search.processes import query
 from tests.search.test_dispatch import make_config

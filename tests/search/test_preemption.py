@@ -18,10 +18,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from search.config import load_config
-from search.samplers import derived_seed
-from search.storage import open_storage
-from search.study import create_study
+from search.db.storage import open_storage
+from search.sampling.samplers import derived_seed
+from search.study.config import load_config
+from search.study.studies import create_study
 from tests.search.processes import (
     WorkerProcess,
     query,

@@ -8,11 +8,11 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from search.config import parse_config
-from search.pruning_view import Pruner
-from search.storage import open_storage
-from search.study import create_study
-from search.worker import Worker
+from search.db.storage import open_storage
+from search.pruning.view import Pruner
+from search.study.config import parse_config
+from search.study.studies import create_study
+from search.worker.loop import Worker
 from tests.search.objectives import curve
 
 
@@ -107,7 +107,7 @@ def test_a_worker_stops_a_poor_trial_at_its_first_rung(storage_url: str, study_n
     """In a worker, decisions come from a view refreshed in the background and rung values
     are written in the background too: a trial worse than every other still stops at the first
     rung of its Hyperband bracket, and every pruned trial stopped at a rung."""
-    from search.pruners import HyperbandPruner, rung_steps
+    from search.pruning.pruners import HyperbandPruner, rung_steps
 
     config = parse_config(
         {

@@ -13,9 +13,9 @@ import sqlalchemy as sa
 
 from search.db import claims, fenced_writes, liveness
 from search.db.leases import Claim, LeaseLost
-from search.report_writer import ReportWriter
-from search.storage import Storage, open_storage
-from search.study import create_study
+from search.db.storage import Storage, open_storage
+from search.study.studies import create_study
+from search.worker.report_writer import ReportWriter
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import optuna
 import pytest
 
-from search.config import SAMPLERS, parse_config
-from search.samplers import derived_seed, make_sampler, suggest
+from search.sampling.samplers import derived_seed, make_sampler, suggest
+from search.study.config import SAMPLERS, parse_config
 
 SPACE = {
     "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},

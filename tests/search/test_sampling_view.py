@@ -10,12 +10,12 @@ import math
 import optuna
 import optuna_dashboard
 
-from search.config import parse_config
-from search.samplers import make_sampler, suggest
-from search.sampling_view import StudyMirror
-from search.storage import open_storage
-from search.study import create_study
-from search.worker import Worker
+from search.db.storage import open_storage
+from search.sampling.samplers import make_sampler, suggest
+from search.sampling.view import StudyMirror
+from search.study.config import parse_config
+from search.study.studies import create_study
+from search.worker.loop import Worker
 from tests.search.objectives import curve
 
 

@@ -21,8 +21,8 @@ import pytest
 
 from search.db import fenced_writes
 from search.db.leases import Claim
-from search.storage import Storage, open_storage
-from search.study import create_study
+from search.db.storage import Storage, open_storage
+from search.study.studies import create_study
 from tests.conftest import REPO
 from tests.search.test_cli import hpsearch
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register

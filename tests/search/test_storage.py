@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sqlalchemy as sa
 
-from search import storage as storage_module
+from search.db import storage as storage_module
+from search.db.storage import open_storage
 from search.db.tables import trials
-from search.status import study_status
-from search.storage import open_storage
-from search.study import create_study
+from search.monitor.status import study_status
+from search.study.studies import create_study
 from tests.search.test_dispatch import make_config
 
 

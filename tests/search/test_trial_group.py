@@ -24,11 +24,11 @@ import optuna
 import pytest
 import torch
 
-from search.config import load_config
-from search.storage import open_storage
-from search.study import create_study
-from search.trial_group import gpu_groups, run_trial_group, trial_devices
-from search.trial_run import TrialRun
+from search.db.storage import open_storage
+from search.study.config import load_config
+from search.study.studies import create_study
+from search.worker.trial_group import gpu_groups, run_trial_group, trial_devices
+from search.worker.trial_run import TrialRun
 from tests.conftest import REPO
 from tests.search.processes import (
     WorkerProcess,

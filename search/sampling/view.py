@@ -1,0 +1,371 @@
+"""A study's trials kept in memory for the samplers that learn from them (TPE, CMA-ES, GP).
+
+Optuna's samplers read the whole study before every sample. Through Optuna's storage that is a
+reload of every trial that changed, attribute by attribute, and every suggested param is its own
+write: about 35 commits per trial, under the study's sampling lock, while the other workers wait
+for the queue. `StudyMirror` keeps the trials in this process instead, refreshed incrementally
+(`refresh`: the trials created since the last look and the ones unfinished then, a few indexed
+reads; a finished trial never changes), and the samplers write their params and attributes into
+new trials held here until `take_sampled` hands them over, to be inserted all at once
+(`search.db.trial_rows.insert_sampled_trials`).
+
+Queued (WAITING) trials that have their params are shown to the samplers as RUNNING: they will
+run, and TPE's constant liar should count them as it counts running ones, so that a batch
+sampled under one lock, and the trials sampled ahead of it, spread out instead of piling onto the
+current best point.
+
+Example::
+
+    mirror = StudyMirror(storage, study)      # once per process (a StudyRef, from open_study)
+    mirror.refresh()
+    trial_id = mirror.new_trial(number=41)    # provisional: negative, in memory only
+    trial = optuna.Trial(mirror.study(make_sampler(config, 41)), trial_id)
+    params = {p.name: suggest(trial, p) for p in config.space}
+    insert_sampled_trials(storage, study_id, worker_id, mirror.take_sampled())
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+from collections.abc import Container, Sequence
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.distributions import BaseDistribution, json_to_distribution
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from search.db.statements import bound_ids, in_bound_ids
+from search.db.storage import Storage
+from search.db.tables import (
+    stored_float,
+    trial_intermediate_values,
+    trial_params,
+    trial_system_attributes,
+    trial_values,
+    trials,
+)
+from search.pruning.pruners import make_pruner
+from search.study.studies import StudyRef
+from search.study.view import StudyFactsStorage
+
+__all__ = ["SampledTrial", "StudyMirror"]
+
+_STATES = {s.name: s for s in TrialState}
+
+
+class SampledTrial:
+    """A trial sampled in memory, to be inserted: its number, params and system attributes."""
+
+    __slots__ = ("distributions", "number", "params", "system_attrs")
+
+    def __init__(self, trial: FrozenTrial) -> None:
+        self.number = trial.number
+        self.params = {
+            name: trial.distributions[name].to_internal_repr(value)
+            for name, value in trial.params.items()
+        }
+        self.distributions: dict[str, BaseDistribution] = dict(trial.distributions)
+        self.system_attrs = dict(trial.system_attrs)
+
+
+class StudyMirror(StudyFactsStorage):
+    """A study's trials in memory, for sampling; refreshed incrementally by `refresh`.
+
+    Trials hold number, state, params, values, system attributes and (pruned trials, which TPE
+    ranks by their last report) intermediate values; user attributes are left empty. Study
+    attributes go to Optuna's storage. Only samplers may use it, from one thread at a time.
+    """
+
+    def __init__(self, storage: Storage, study: StudyRef) -> None:
+        super().__init__(study)
+        self._storage = storage
+        self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial, from the database
+        self._sampled: dict[int, FrozenTrial] = {}  # provisional id (< 0) -> trial in memory
+        self._sorted: list[FrozenTrial] | None = None
+        self._unfinished: set[int] = set()
+        self._max_id = -1
+        self._distributions: dict[str, BaseDistribution] = {}  # JSON -> parsed, parsed once
+
+    # -- the mirror -----------------------------------------------------------------------------
+
+    def refresh(self) -> int:
+        """Read what changed since the last look; returns how many trials changed."""
+        with self._storage.read() as conn:
+            dialect = conn.dialect.name
+            rows = conn.execute(
+                _changed_trials_statement(dialect),
+                {
+                    "study": self._study.study_id,
+                    "max_seen": self._max_id,
+                    "ids": bound_ids(dialect, sorted(self._unfinished)),
+                },
+            ).all()
+            changed = [r for r in rows if self._changed(r.trial_id, r.state)]
+            if not changed:
+                return 0
+            ids = bound_ids(dialect, [r.trial_id for r in changed])
+            params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
+            for trial_id, name, value, dist_json in conn.execute(
+                _params_statement(dialect), {"ids": ids}
+            ):
+                values, dists = params.setdefault(trial_id, ({}, {}))
+                dist = self._distribution(dist_json)
+                values[name] = dist.to_external_repr(value)
+                dists[name] = dist
+            attrs: dict[int, dict[str, Any]] = {}
+            for trial_id, key, value_json in conn.execute(_attrs_statement(dialect), {"ids": ids}):
+                attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
+            finished = [r.trial_id for r in changed if _STATES[r.state].is_finished()]
+            values_of: dict[int, float] = {}
+            curves: dict[int, dict[int, float]] = {}
+            if finished:
+                done = bound_ids(dialect, finished)
+                for trial_id, value, kind in conn.execute(
+                    _values_statement(dialect), {"ids": done}
+                ):
+                    values_of[trial_id] = stored_float(value, kind)
+                pruned = [r.trial_id for r in changed if r.state == "PRUNED"]
+                if pruned:
+                    for trial_id, step, value, kind in conn.execute(
+                        _curves_statement(dialect), {"ids": bound_ids(dialect, pruned)}
+                    ):
+                        curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+        for r in changed:
+            values, dists = params.get(r.trial_id, ({}, {}))
+            state = _STATES[r.state]
+            value = values_of.get(r.trial_id)
+            self._trials[r.trial_id] = FrozenTrial(
+                number=r.number,
+                state=state,
+                value=value,
+                values=None,
+                datetime_start=r.datetime_start,
+                datetime_complete=r.datetime_complete,
+                params=values,
+                distributions=dists,
+                user_attrs={},
+                system_attrs=attrs.get(r.trial_id, {}),
+                intermediate_values=curves.get(r.trial_id, {}),
+                trial_id=r.trial_id,
+            )
+            if state.is_finished():
+                self._unfinished.discard(r.trial_id)
+            else:
+                self._unfinished.add(r.trial_id)
+            self._max_id = max(self._max_id, r.trial_id)
+        self._sorted = None
+        return len(changed)
+
+    def new_trial(self, number: int) -> int:
+        """A trial to sample into, held here (RUNNING) until `take_sampled`; its provisional id."""
+        trial_id = -1 - len(self._sampled)
+        self._sampled[trial_id] = FrozenTrial(
+            number=number,
+            state=TrialState.RUNNING,
+            value=None,
+            values=None,
+            datetime_start=datetime.datetime.now(),
+            datetime_complete=None,
+            params={},
+            distributions={},
+            user_attrs={},
+            system_attrs={},
+            intermediate_values={},
+            trial_id=trial_id,
+        )
+        self._sorted = None
+        return trial_id
+
+    def take_sampled(self) -> list[SampledTrial]:
+        """The trials sampled since the last call, in number order; they leave the mirror (the
+        next `refresh` reads them back from the database once inserted)."""
+        out = [SampledTrial(t) for t in sorted(self._sampled.values(), key=lambda t: t.number)]
+        self._sampled.clear()
+        self._sorted = None
+        return out
+
+    def study(self, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+        """An Optuna study on this mirror, sampling with `sampler` (one per trial: Optuna's
+        per-ask cache of the trials starts empty)."""
+        return optuna.Study(
+            study_name=self._study.name,
+            storage=self,
+            sampler=sampler,
+            pruner=make_pruner(self._study.config),
+        )
+
+    def _changed(self, trial_id: int, state: str) -> bool:
+        known = self._trials.get(trial_id)
+        if known is None:
+            return True
+        if known.params and not known.state.is_finished() and not _STATES[state].is_finished():
+            return False  # queued or running, with its params: samplers see it running either way
+        return known.state.name != state
+
+    def _distribution(self, dist_json: str) -> BaseDistribution:
+        dist = self._distributions.get(dist_json)
+        if dist is None:
+            dist = self._distributions[dist_json] = json_to_distribution(dist_json)
+        return dist
+
+    def _all(self) -> list[FrozenTrial]:
+        if self._sorted is None:
+            shown = [_queued_as_running(t) for t in self._trials.values()]
+            self._sorted = sorted(
+                [*shown, *self._sampled.values()], key=lambda t: (t.number, t._trial_id)
+            )
+        return self._sorted
+
+    # -- what samplers read ---------------------------------------------------------------------
+
+    def get_all_trials(
+        self,
+        study_id: int,
+        deepcopy: bool = True,
+        states: Container[TrialState] | None = None,
+    ) -> list[FrozenTrial]:
+        trials = self._all()
+        if states is not None:
+            trials = [t for t in trials if t.state in states]
+        return trials  # never deep-copied: samplers only read them
+
+    def get_trial(self, trial_id: int) -> FrozenTrial:
+        if trial_id in self._sampled:
+            return self._sampled[trial_id]
+        return _queued_as_running(self._trials[trial_id])
+
+    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._optuna().get_study_user_attrs(study_id)
+
+    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+        return self._optuna().get_study_system_attrs(study_id)
+
+    def get_all_studies(self) -> list[optuna.study.FrozenStudy]:
+        return self._optuna().get_all_studies()
+
+    # -- what samplers write: into the trials being sampled ---------------------------------------
+
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: BaseDistribution,
+    ) -> None:
+        trial = self._sampled[trial_id]
+        trial.params = {
+            **trial.params,
+            param_name: distribution.to_external_repr(param_value_internal),
+        }
+        trial.distributions = {**trial.distributions, param_name: distribution}
+
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        trial = self._sampled[trial_id]
+        trial.system_attrs = {**trial.system_attrs, key: value}
+
+    def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+        trial = self._sampled[trial_id]
+        trial.user_attrs = {**trial.user_attrs, key: value}
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        raise NotImplementedError("the mirror's trials are made by new_trial")
+
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
+        raise NotImplementedError("samplers do not finish trials")
+
+    def set_trial_intermediate_value(
+        self, trial_id: int, step: int, intermediate_value: float
+    ) -> None:
+        raise NotImplementedError("samplers do not report")
+
+    # Study-level writes (a sampler's counters) go to Optuna's storage, shared by every process.
+    def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._optuna().set_study_user_attr(study_id, key, value)
+
+    def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
+        self._optuna().set_study_system_attr(study_id, key, value)
+
+    def create_new_study(
+        self, directions: Sequence[StudyDirection], study_name: str | None = None
+    ) -> int:
+        raise NotImplementedError("the mirror holds one study")
+
+    def delete_study(self, study_id: int) -> None:
+        raise NotImplementedError("the mirror holds one study")
+
+    def _optuna(self) -> optuna.storages.BaseStorage:
+        return self._storage.optuna_storage()
+
+
+def _queued_as_running(trial: FrozenTrial) -> FrozenTrial:
+    """A queued trial with its params, as samplers should count it: running."""
+    if trial.state != TrialState.WAITING or not trial.params:
+        return trial
+    shown = FrozenTrial(
+        number=trial.number,
+        state=TrialState.RUNNING,
+        value=None,
+        values=None,
+        datetime_start=trial.datetime_start,
+        datetime_complete=None,
+        params=trial.params,
+        distributions=trial.distributions,
+        user_attrs=trial.user_attrs,
+        system_attrs=trial.system_attrs,
+        intermediate_values=trial.intermediate_values,
+        trial_id=trial._trial_id,
+    )
+    return shown
+
+
+@functools.cache
+def _changed_trials_statement(dialect: str) -> sa.Select:
+    """The study's trials created since the last look, or unfinished then."""
+    t = trials
+    return sa.select(
+        t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete
+    ).where(
+        # Both branches on the primary key (the ids are this study's): reads only what changed.
+        sa.or_(
+            sa.and_(t.c.trial_id > sa.bindparam("max_seen"), t.c.study_id == sa.bindparam("study")),
+            in_bound_ids(dialect, t.c.trial_id),
+        )
+    )
+
+
+@functools.cache
+def _params_statement(dialect: str) -> sa.Select:
+    p = trial_params
+    return sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json).where(
+        in_bound_ids(dialect, p.c.trial_id)
+    )
+
+
+@functools.cache
+def _attrs_statement(dialect: str) -> sa.Select:
+    a = trial_system_attributes
+    return sa.select(a.c.trial_id, a.c.key, a.c.value_json).where(
+        in_bound_ids(dialect, a.c.trial_id)
+    )
+
+
+@functools.cache
+def _values_statement(dialect: str) -> sa.Select:
+    v = trial_values
+    return sa.select(v.c.trial_id, v.c.value, v.c.value_type).where(
+        in_bound_ids(dialect, v.c.trial_id), v.c.objective == 0
+    )
+
+
+@functools.cache
+def _curves_statement(dialect: str) -> sa.Select:
+    v = trial_intermediate_values
+    return sa.select(
+        v.c.trial_id, v.c.step, v.c.intermediate_value, v.c.intermediate_value_type
+    ).where(in_bound_ids(dialect, v.c.trial_id))

@@ -1,0 +1,542 @@
+"""The study config: typed dataclasses loaded from TOML and validated once, here, at the edge.
+
+Every problem is reported as one `ConfigError` line that names the key and the value at fault
+(``space.lr: log = true needs low > 0, got low = 0``); nothing downstream re-validates.
+
+Example::
+
+    >>> cfg = parse_config({
+    ...     "study": {"name": "demo", "n_trials": 4},
+    ...     "task": {"name": "digits", "epochs": 3},
+    ...     "space": {"lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True}},
+    ... })
+    >>> cfg.study.sampler, cfg.train.epochs, cfg.space[0].log
+    ('tpe', 3, True)
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from search.study.space import (
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    Param,
+    Scalar,
+    param_from_dict,
+    param_to_dict,
+)
+from trainer.config import OPTIMIZERS, PRECISIONS, TrainConfig
+
+__all__ = [
+    "DIRECTIONS",
+    "PRUNERS",
+    "SAMPLERS",
+    "ConfigError",
+    "GridSettings",
+    "PrunerSettings",
+    "StudyConfig",
+    "StudySettings",
+    "TaskSettings",
+    "load_config",
+    "params_from_overrides",
+    "parse_config",
+]
+
+SAMPLERS = ("random", "tpe", "grid", "qmc", "cmaes", "gp")
+PRUNERS = ("hyperband", "successive_halving", "median", "none")
+DIRECTIONS = ("maximize", "minimize")
+
+
+class ConfigError(ValueError):
+    """A bad study config: the message is one line naming the key and value at fault."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudySettings:
+    """`[study]`: what is searched for and how many trials."""
+
+    name: str
+    """Study name in the storage; workers join by this name."""
+    direction: str = "maximize"
+    """maximize | minimize the metric."""
+    metric: str = "val_accuracy"
+    """Name of the validation score the task's metric_fn computes, reported every epoch."""
+    n_trials: int = 30
+    """Trials to finish across all workers; then every worker exits (never more)."""
+    sampler: str = "tpe"
+    """random | tpe | grid | qmc | cmaes | gp."""
+    seed: int = 0
+    """Seeds the sampler and every trial's training: each trial's seeds are derived from
+    (seed, trial number) (`search.sampling.samplers.derived_seed`). Grid and QMC use it as it is: it
+    must lie in [0, 2**32)."""
+    max_attempts: int = 3
+    """A trial whose worker died (or was declared dead, or lost its device) this many times
+    ends FAIL with the reason; SIGTERM and Ctrl-C hand-backs do not count."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrunerSettings:
+    """`[pruner]`: when a trial is stopped early for a poor intermediate score."""
+
+    type: str = "hyperband"
+    """hyperband | successive_halving | median | none."""
+    min_resource: int = 1
+    """Epochs before the first rung (hyperband, successive_halving); max_resource is task.epochs."""
+    reduction_factor: int = 3
+    """1/reduction_factor of the trials are promoted at each rung."""
+    n_startup_trials: int = 5
+    """median: trials finished before any is pruned."""
+    n_warmup_steps: int = 0
+    """median: epochs of a trial before it can be pruned."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSettings:
+    """`[task]`: what is trained."""
+
+    name: str
+    """A built-in task ("digits") or "package.module:function" returning trainer.Task."""
+    epochs: int = 10
+    """Epochs per trial: one validation report each."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridSettings:
+    """`[grid]`: the grid for sampler = "grid" (and for `compare`)."""
+
+    points: int = 3
+    """Values per numeric parameter: evenly spaced, log-spaced where log = true."""
+    values: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    """Explicit values for some parameters (override `points`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyConfig:
+    """A whole study config, as stored in the study so that workers need only its name."""
+
+    study: StudySettings
+    pruner: PrunerSettings
+    task: TaskSettings
+    train: TrainConfig
+    space: tuple[Param, ...]
+    grid: GridSettings
+
+    def param(self, name: str) -> Param:
+        for p in self.space:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def grid_values(self) -> dict[str, list[Scalar]]:
+        """The values the grid sampler visits, per parameter."""
+        return {
+            p.name: list(self.grid.values[p.name])
+            if p.name in self.grid.values
+            else p.grid_values(self.grid.points)
+            for p in self.space
+        }
+
+    def grid_size(self) -> int:
+        return math.prod(len(v) for v in self.grid_values().values())
+
+    def with_study(self, **changes: Any) -> StudyConfig:
+        """A copy with `[study]` fields changed (compare runs one study per sampler and repeat)."""
+        study = replace(self.study, **changes)
+        train = replace(self.train, seed=study.seed)
+        return replace(self, study=study, train=train)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Canonical JSON-friendly form (every default filled in): what `create` stores."""
+        return {
+            "study": asdict(self.study),
+            "pruner": asdict(self.pruner),
+            "task": asdict(self.task),
+            "train": {k: v for k, v in asdict(self.train).items() if k not in ("epochs", "seed")},
+            "space": {p.name: param_to_dict(p) for p in self.space},
+            "grid": {
+                "points": self.grid.points,
+                **{k: list(v) for k, v in self.grid.values.items()},
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudyConfig:
+        """Rebuild from `to_dict()` output (trusted: it was validated when stored)."""
+        study = StudySettings(**data["study"])
+        task = TaskSettings(**data["task"])
+        grid = dict(data["grid"])
+        points = grid.pop("points")
+        return cls(
+            study=study,
+            pruner=PrunerSettings(**data["pruner"]),
+            task=task,
+            train=TrainConfig(epochs=task.epochs, seed=study.seed, **data["train"]),
+            space=tuple(param_from_dict(n, s) for n, s in data["space"].items()),
+            grid=GridSettings(points=points, values={k: tuple(v) for k, v in grid.items()}),
+        )
+
+    def difference(self, other: StudyConfig) -> str | None:
+        """The first key whose value differs from `other`'s, as 'key: a -> b', or None."""
+        a, b = _flatten(self.to_dict()), _flatten(other.to_dict())
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return f"{key}: {_show(a.get(key))} -> {_show(b.get(key))}"
+        return None
+
+
+def load_config(path: str | Path) -> StudyConfig:
+    """Read and validate a study config file; raises ConfigError with one line on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not a text file in UTF-8 (byte {exc.start}: {exc.reason})"
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    try:
+        return parse_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def parse_config(data: dict[str, Any]) -> StudyConfig:
+    """Validate a parsed TOML document into a StudyConfig."""
+    _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid"))
+    study = _study(_Section("study", data.get("study"), required=True, settings=StudySettings))
+    task = _task(_Section("task", data.get("task"), required=True, settings=TaskSettings))
+    pruner = _pruner(_Section("pruner", data.get("pruner"), settings=PrunerSettings), task)
+    train = _train(_Section("train", data.get("train"), settings=TrainConfig), task, study)
+    space = _space(data.get("space", {}))
+    grid = _grid(data.get("grid", {}), space)
+    config = StudyConfig(study=study, pruner=pruner, task=task, train=train, space=space, grid=grid)
+    if study.sampler == "grid" and (not space or config.grid_size() < 2):
+        raise ConfigError(
+            "study.sampler: grid needs [space] parameters with at least two grid values in all "
+            f"(the grid has {config.grid_size() if space else 0} point(s))"
+        )
+    if study.sampler == "grid" and study.n_trials > config.grid_size():
+        raise ConfigError(
+            f"study.n_trials: {study.n_trials} is more than the grid's {config.grid_size()} points "
+            "(sampler = grid would repeat points); lower n_trials or add [grid] points"
+        )
+    _check_batch_sizes(space, train)
+    return config
+
+
+def params_from_overrides(space: tuple[Param, ...], overrides: list[str]) -> dict[str, Any]:
+    """The middle of each parameter's range, then the ``--set NAME=VALUE`` values (`hpsearch
+    try`, `hpsearch estimate`), checked against the space: ConfigError naming the value."""
+    params = {p.name: p.center() for p in space}
+    by_name = {p.name: p for p in space}
+    for text in overrides:
+        name, sep, raw = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--set {text!r}: expected NAME=VALUE, e.g. --set lr=0.003")
+        if name not in by_name:
+            known = ", ".join(by_name) or "(none)"
+            raise ConfigError(f"--set {name}: not a parameter of the config's [space] ({known})")
+        param = by_name[name]
+        try:
+            value = param.parse(raw.strip())
+        except ValueError:
+            raise ConfigError(
+                f"--set {name}={raw}: not a valid value for space.{name} {param.describe()}"
+            ) from None
+        if not param.contains(value):
+            raise ConfigError(f"--set {name}={raw}: outside space.{name} {param.describe()}")
+        params[name] = value
+    return params
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    dict: "a table",
+}
+
+
+class _Section:
+    """Typed reads from one TOML table, with errors that name `section.key`.
+
+    A key that is not in the table takes the default of the same-named field of `settings`,
+    the dataclass the section becomes: defaults are written once, there.
+    """
+
+    def __init__(
+        self, name: str, table: Any, *, required: bool = False, settings: type | None = None
+    ) -> None:
+        if table is None:
+            if required:
+                raise ConfigError(f"[{name}] section is missing")
+            table = {}
+        if not isinstance(table, dict):
+            raise ConfigError(f"{name}: must be a table, got {_show(table)}")
+        self.name, self.table = name, table
+        self.defaults = (
+            {f.name: f.default for f in fields(settings) if f.default is not MISSING}
+            if settings is not None
+            else {}
+        )
+
+    def key(self, key: str) -> str:
+        return f"{self.name}.{key}"
+
+    def get(
+        self,
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any = ...,
+        *,
+        choices: tuple[str, ...] | None = None,
+    ) -> Any:
+        if key not in self.table:
+            if default is ...:
+                default = self.defaults.get(key, ...)
+            if default is ...:
+                raise ConfigError(f"{self.key(key)} is missing")
+            return default
+        value = self.table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            names = (
+                "a number"
+                if float in kinds
+                else " or ".join(_KIND_NAMES.get(k, k.__name__) for k in kinds)
+            )
+            raise ConfigError(f"{self.key(key)}: must be {names}, got {_show(value)}")
+        if choices is not None and value not in choices:
+            raise ConfigError(
+                f"{self.key(key)}: unknown value {_show(value)} (choose from {', '.join(choices)})"
+            )
+        if float in kinds and isinstance(value, (int, float)) and not math.isfinite(value):
+            raise ConfigError(f"{self.key(key)}: must be finite, got {_show(value)}")
+        return value
+
+    def positive_int(self, key: str, default: Any = ..., minimum: int = 1) -> int:
+        value = self.get(key, int, default)
+        if value < minimum:
+            raise ConfigError(f"{self.key(key)}: must be >= {minimum}, got {value}")
+        return value
+
+    def allow(self, *keys: str) -> None:
+        _check_keys(self.name, self.table, keys)
+
+
+def _study(s: _Section) -> StudySettings:
+    s.allow("name", "direction", "metric", "n_trials", "sampler", "seed", "max_attempts")
+    name = s.get("name", str)
+    if not name.strip():
+        raise ConfigError("study.name: must not be empty")
+    study = StudySettings(
+        name=name,
+        direction=s.get("direction", str, choices=DIRECTIONS),
+        metric=s.get("metric", str),
+        n_trials=s.positive_int("n_trials"),
+        sampler=s.get("sampler", str, choices=SAMPLERS),
+        seed=s.get("seed", int),
+        max_attempts=s.positive_int("max_attempts"),
+    )
+    if not 0 <= study.seed < 2**32:
+        # Grid and QMC hand it to numpy as it is; the others derive 32-bit seeds from it.
+        raise ConfigError(f"study.seed: must be in [0, 2**32), got {study.seed}")
+    return study
+
+
+def _task(s: _Section) -> TaskSettings:
+    s.allow("name", "epochs")
+    name = s.get("name", str)
+    if not name.strip():
+        raise ConfigError("task.name: must not be empty")
+    return TaskSettings(name=name, epochs=s.positive_int("epochs"))
+
+
+def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
+    kind = s.get("type", str, choices=PRUNERS)
+    if kind in ("hyperband", "successive_halving"):
+        s.allow("type", "min_resource", "reduction_factor")
+    elif kind == "median":
+        s.allow("type", "n_startup_trials", "n_warmup_steps")
+    else:
+        s.allow("type")
+    pruner = PrunerSettings(
+        type=kind,
+        min_resource=s.positive_int("min_resource"),
+        reduction_factor=s.positive_int("reduction_factor", minimum=2),
+        n_startup_trials=s.positive_int("n_startup_trials", minimum=0),
+        n_warmup_steps=s.positive_int("n_warmup_steps", minimum=0),
+    )
+    if kind in ("hyperband", "successive_halving") and pruner.min_resource > task.epochs:
+        raise ConfigError(
+            f"pruner.min_resource: {pruner.min_resource} is more than task.epochs = {task.epochs}"
+        )
+    return pruner
+
+
+def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig:
+    s.allow(
+        "precision",
+        "grad_accum_steps",
+        "grad_checkpointing",
+        "checkpoint_every_s",
+        "optimizer",
+        "deterministic",
+    )
+    every = s.get("checkpoint_every_s", (int, float))
+    if every <= 0:
+        raise ConfigError(f"train.checkpoint_every_s: must be > 0, got {every}")
+    return TrainConfig(
+        epochs=task.epochs,
+        precision=s.get("precision", str, choices=PRECISIONS),
+        grad_accum_steps=s.positive_int("grad_accum_steps"),
+        grad_checkpointing=s.get("grad_checkpointing", bool),
+        checkpoint_every_s=float(every),
+        optimizer=s.get("optimizer", str, choices=OPTIMIZERS),
+        deterministic=s.get("deterministic", bool),
+        seed=study.seed,
+    )
+
+
+def _space(table: Any) -> tuple[Param, ...]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"space: must be a table, got {_show(table)}")
+    return tuple(_param(name, spec) for name, spec in table.items())
+
+
+def _param(name: str, spec: Any) -> Param:
+    s = _Section(f"space.{name}", spec)
+    kind = s.get("type", str, choices=("float", "int", "categorical"))
+    if kind == "categorical":
+        s.allow("type", "choices")
+        choices = s.get("choices", list)
+        if not choices:
+            raise ConfigError(f"space.{name}.choices: must list at least one value")
+        for c in choices:
+            if not isinstance(c, (bool, int, float, str)):
+                raise ConfigError(
+                    f"space.{name}.choices: {_show(c)} is not a number, string or boolean"
+                )
+        if len(set(map(repr, choices))) != len(choices):
+            raise ConfigError(f"space.{name}.choices: values repeat in {_show(choices)}")
+        return CategoricalParam(name=name, choices=tuple(choices))
+
+    s.allow("type", "low", "high", "log", "step")
+    s = _Section(s.name, s.table, settings=IntParam if kind == "int" else FloatParam)
+    number = int if kind == "int" else (int, float)
+    low, high = s.get("low", number), s.get("high", number)
+    log = s.get("log", bool)
+    if low >= high:
+        raise ConfigError(f"space.{name}: low must be < high, got low = {low}, high = {high}")
+    if log and low <= 0:
+        raise ConfigError(f"space.{name}: log = true needs low > 0, got low = {low}")
+    if kind == "int":
+        step = s.get("step", int)
+        if step < 1:
+            raise ConfigError(f"space.{name}.step: must be >= 1, got {step}")
+        if log and step != 1:
+            raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
+        return IntParam(name=name, low=low, high=high, log=log, step=step)
+    step = s.get("step", (int, float))
+    if step is not None and step <= 0:
+        raise ConfigError(f"space.{name}.step: must be > 0, got {step}")
+    if step is not None and log:
+        raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
+    return FloatParam(
+        name=name,
+        low=float(low),
+        high=float(high),
+        log=log,
+        step=None if step is None else float(step),
+    )
+
+
+def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
+    s = _Section("grid", table, settings=GridSettings)
+    names = {p.name: p for p in space}
+    points = s.positive_int("points")
+    values: dict[str, tuple[Scalar, ...]] = {}
+    for key, raw in s.table.items():
+        if key == "points":
+            continue
+        if key not in names:
+            raise ConfigError(_unknown("grid", key, ("points", *names)))
+        if not isinstance(raw, list) or not raw:
+            raise ConfigError(f"grid.{key}: must be a non-empty list of values, got {_show(raw)}")
+        param = names[key]
+        for v in raw:
+            ok = param.contains(v) or (
+                isinstance(param, FloatParam) and isinstance(v, int) and param.contains(float(v))
+            )
+            if not ok:
+                raise ConfigError(
+                    f"grid.{key}: {_show(v)} is outside space.{key} {param.describe()}"
+                )
+        values[key] = tuple(float(v) if isinstance(param, FloatParam) else v for v in raw)
+    return GridSettings(points=points, values=values)
+
+
+def _check_batch_sizes(space: tuple[Param, ...], train: TrainConfig) -> None:
+    for p in space:
+        if p.name != "batch_size":
+            continue
+        if isinstance(p, FloatParam):
+            raise ConfigError(
+                "space.batch_size: must be an int or categorical parameter, not float"
+            )
+        sizes = p.choices if isinstance(p, CategoricalParam) else (p.low,)
+        for b in sizes:
+            if not isinstance(b, int) or isinstance(b, bool) or b < train.grad_accum_steps:
+                raise ConfigError(
+                    f"space.batch_size: {_show(b)} cannot be split into "
+                    f"train.grad_accum_steps = {train.grad_accum_steps} micro-batches"
+                )
+
+
+def _check_keys(section: str, table: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise ConfigError(_unknown(section, key, allowed))
+
+
+def _unknown(section: str, key: str, allowed: tuple[str, ...]) -> str:
+    where = f"{section}.{key}" if section else f"[{key}]"
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    suggestion = f" (did you mean '{hint[0]}'?)" if hint else f" (allowed: {', '.join(allowed)})"
+    return f"unknown key {where}{suggestion}"
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _show(value: Any) -> str:
+    return (
+        "(none)"
+        if value is None
+        else json.dumps(value)
+        if not isinstance(value, float)
+        else f"{value:g}"
+    )

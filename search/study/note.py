@@ -1,0 +1,86 @@
+"""The note optuna-dashboard shows on a study's page: its config and the command that made it.
+
+Written once, by `hpsearch create` or `run` when they create the study, through
+optuna-dashboard's own `save_note` (a Markdown note kept in the study's system attributes).
+Every argument of the command line passes through `mask_url`, so a `--storage` URL with a
+password shows `***`; the storage is shown masked too.
+
+Example of a note's head::
+
+    ## digits
+    Created by `hpsearch create examples/digits.toml --storage postgresql+psycopg://ml:***@db/hp`
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+
+from search.db.storage import Storage, mask_url
+from search.study.config import StudyConfig
+from search.study.studies import StudyRef
+
+__all__ = ["command_line", "config_toml", "save_study_note", "study_note"]
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """`hpsearch ARGS...` as typed, every password masked, quoted for a shell."""
+    return shlex.join(["hpsearch", *(mask_url(arg) for arg in argv)])
+
+
+def config_toml(config: StudyConfig) -> str:
+    """The study's stored config (every default filled in), as TOML."""
+    lines: list[str] = []
+    for section, values in config.to_dict().items():
+        lines.append(f"[{section}]")
+        for key, value in values.items():
+            if value is not None:  # TOML has no null: a missing key means the default
+                lines.append(f"{_key(key)} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def study_note(study: StudyRef, storage: Storage, argv: Sequence[str]) -> str:
+    """The Markdown note for a study created by the command `argv` (without the program)."""
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    s = study.config.study
+    return (
+        f"## {study.name}\n\n"
+        f"Created by `{command_line(argv)}` on {socket.gethostname()}, {when}.\n\n"
+        f"Storage: `{storage.safe_url}`. Metric: `{s.metric}` ({s.direction}), "
+        f"{s.n_trials} trials, sampler `{s.sampler}`, pruner `{study.config.pruner.type}`. "
+        "Each trial's user attributes say what made it (host, device, code version) and, "
+        "for a trial that continued another worker's work, `resumed_from`.\n\n"
+        "### Config\n\n"
+        f"```toml\n{config_toml(study.config)}```\n"
+    )
+
+
+def save_study_note(storage: Storage, study: StudyRef, argv: Sequence[str]) -> None:
+    """Write the study's note (shown by optuna-dashboard on the study's page)."""
+    from optuna_dashboard import save_note  # loads bottle: only when a study is created
+
+    optuna_study = optuna.load_study(study_name=study.name, storage=storage.optuna_storage())
+    save_note(optuna_study, study_note(study, storage, argv))
+
+
+def _key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None
+        )
+        return f"{{ {items} }}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    # JSON spells strings, numbers and booleans as TOML does.
+    return json.dumps(value)

@@ -1,0 +1,622 @@
+"""A worker: pulls trials of one study until the study is done, one trial at a time.
+
+    worker = Worker(storage, study, device="cuda:0")
+    exit_code = worker.run()
+
+The loop: claim the next WAITING trial (sampling a few ahead when the queue runs low and this
+worker wins the sampling lock), run it, record its end; when nothing is waiting, help reap the
+trials of dead workers and wait. A background thread heartbeats, reaps, and notices when this
+worker's trial was taken over (after a network cut longer than the grace period), so that the
+trial stops cleanly instead of racing its new owner.
+
+Database outages: every statement is retried with backoff. While the database is away training
+goes on; reports are kept and written when it is back (pruning decisions resume then), and a
+trial's end is written once the database answers. A worker declared dead during the outage loses
+nothing: the trial's new owner resumes from the latest checkpoint, and this worker's writes are
+refused by the lease (fencing), so no trial is recorded twice.
+
+Signals: SIGTERM (a spot instance's notice) and Ctrl-C checkpoint the running trial at its next
+step, hand it back to the queue as resumable, and exit (0 for SIGTERM, 130 for Ctrl-C). A second
+Ctrl-C exits at once; the trial is then handed back by the reaper after the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from optuna.distributions import json_to_distribution
+
+from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db.leases import Claim, LeaseLost
+from search.db.storage import Storage, is_transient, retry
+from search.db.tables import stored_float
+from search.errors import RuntimeFailure, first_line
+from search.monitor.status import best_trial
+from search.pruning.pruners import rung_steps
+from search.pruning.view import Pruner
+from search.sampling.sample_ahead import TrialSampler
+from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
+from search.study.studies import StudyRef
+from search.worker.artifacts import ArtifactStore, TrialCheckpoints
+from search.worker.report_writer import ReportWriter
+from search.worker.training import run_training
+from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
+from trainer import CheckpointStore
+
+__all__ = ["DEFAULT_GRACE_S", "Worker"]
+
+logger = logging.getLogger("search.worker.loop")
+
+DEFAULT_GRACE_S = 60.0
+"""Seconds of silence after which a worker counts as dead and its trial is resumed elsewhere.
+
+Heartbeats go out every grace/6 seconds. 60 s rides out garbage-collection pauses and brief
+network trouble; a preempted machine's trial restarts elsewhere within about a minute.
+"""
+
+IDLE_POLL_MAX_S = 1.0
+"""Longest wait between two looks for work when nothing is queued."""
+SAMPLING_POLL_S = 0.1
+"""Wait between looks for work while another worker samples the next trials."""
+PRUNING_REFRESH_S = 1.0
+"""Longest a running trial's view of the other trials' rung values may lag (it is refreshed in
+the background after each decision, and at least this often)."""
+SAMPLE_AHEAD_BELOW = 16
+"""Samplers that do not learn from results (random, grid, QMC) refill the queue once fewer
+trials than this are left after a claim, in one batch, instead of one trial per claim."""
+
+T = TypeVar("T")
+
+
+class Worker:
+    """Runs trials of one study until it is done."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        study: StudyRef,
+        *,
+        device: str = "cpu",
+        run_trial: TrialFunction | None = None,
+        grace_s: float = DEFAULT_GRACE_S,
+        progress: bool | None = None,
+        artifacts: ArtifactStore | None = None,
+        keep_checkpoints: bool = False,
+    ) -> None:
+        self.storage = storage
+        self.study = study
+        self.config = study.config
+        self.device = device
+        self.grace_s = grace_s
+        self.hostname = socket.gethostname()
+        self.worker_id = f"{self.hostname[:40]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.sampler = TrialSampler(storage, study, self.worker_id)
+        self.artifacts = artifacts
+        self.keep_checkpoints = keep_checkpoints
+        self._run_trial = run_trial or run_training
+        if progress is None:  # a live line on a terminal, unless a parent process draws one
+            progress = sys.stderr.isatty() and os.environ.get("HPSEARCH_PROGRESS") != "0"
+        self._progress = progress
+        self._best = ""
+        self._stop = threading.Event()  # the whole worker must stop
+        self._stop_signal: int | None = None
+        self._trial_stop = threading.Event()  # the running trial must stop
+        self._claim: Claim | None = None
+        self._lost = False  # the running trial was taken over
+        self._pruner: Pruner | None = None
+        self._sampler_thread: threading.Thread | None = None
+        self._db_down_since: float | None = None
+        self._heartbeat_s = max(0.2, grace_s / 6)
+        self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
+        self._reports = ReportWriter(
+            storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
+        )
+        self.trials_run = 0
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Load what every trial needs (Optuna, the study for pruning) before the first claim,
+        so that start-up cost is not paid inside a trial."""
+        if self._rungs == []:
+            return  # no pruner: nothing to load
+        self._retry(lambda: self._load_pruner().view.refresh(), "load")
+
+    def run(self) -> int:
+        """Pull trials until the study is done; returns the process exit code."""
+        self.prepare()
+        restore = self._install_signal_handlers()
+        me = liveness.WorkerInfo(
+            worker_id=self.worker_id,
+            study_id=self.study.study_id,
+            hostname=self.hostname,
+            pid=os.getpid(),
+            device=self.device,
+            grace_s=self.grace_s,
+        )
+        self._retry(lambda: liveness.register(self.storage, me), "register worker")
+        logger.info(
+            "worker %s joined study %r on %s (device %s, grace %.0f s)",
+            self.worker_id,
+            self.study.name,
+            self.storage.safe_url,
+            self.device,
+            self.grace_s,
+        )
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        reason = "done"
+        try:
+            while not self._stop.is_set():
+                claim = self._next_claim()
+                if claim is None:
+                    break
+                self._run_claim(claim)
+            if self._stop.is_set():
+                reason = "SIGTERM" if self._stop_signal == signal.SIGTERM else "interrupted"
+        except BaseException as exc:
+            reason = f"error: {type(exc).__name__}"
+            raise
+        finally:
+            self._stop.set()
+            beat.join(timeout=5)
+            self._reports.close()
+            if self._pruner is not None:
+                self._pruner.close()
+            if self._sampler_thread is not None:
+                self._sampler_thread.join(timeout=30)
+            try:
+                self._retry(
+                    lambda: liveness.unregister(self.storage, self.worker_id, reason),
+                    "unregister",
+                    attempts=3,
+                )
+            except Exception:  # the reaper treats a silent worker the same way
+                logger.warning("could not record this worker's exit; it will time out instead")
+            restore()
+            self._end_progress()
+        logger.info(
+            "worker %s leaves (%s) after %d trials", self.worker_id, reason, self.trials_run
+        )
+        if self._stop_signal == signal.SIGINT:
+            return 130
+        return 0
+
+    def _next_claim(self) -> Claim | None:
+        """The next trial to run, or None when the study is done (or the worker must stop)."""
+        n_trials = self.config.study.n_trials
+        idle_s = 0.05
+        while not self._stop.is_set():
+            claim = self._claim_once()
+            if claim is not None:
+                return claim
+            counts = self._retry(
+                lambda: trial_rows.count_trials(self.storage, self.study.study_id), "count trials"
+            )
+            if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
+                return None
+            if counts.total < n_trials:
+                if not self._retry(self._top_up, "sample trials"):
+                    # Another worker is sampling: its trials appear within moments.
+                    self._stop.wait(SAMPLING_POLL_S * (0.5 + random.random()))
+                continue
+            # Everything is created and taken: wait for a trial to free up (a dead worker's,
+            # reaped by the heartbeat thread) or for the study to end.
+            self._stop.wait(idle_s * (0.5 + random.random()))
+            # At most a second: the last trials' end (and the study's) is noticed quickly, at
+            # the cost of one small query per idle worker and second.
+            idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
+        return None
+
+    def _claim_once(self) -> Claim | None:
+        failed = False
+
+        def attempt() -> Claim | None:
+            nonlocal failed
+            if failed:
+                # The connection broke around a commit: the claim may have gone through.
+                held = claims.held_claims(self.storage, self.worker_id)
+                if held:
+                    return held[0]
+            try:
+                return claims.claim_next_trial(self.storage, self.study.study_id, self.worker_id)
+            except Exception:
+                failed = True
+                raise
+
+        claim = self._retry(attempt, "claim a trial")
+        if claim is not None and (claim.waiting is None or claim.waiting < self._sample_below()):
+            self._maybe_sample_ahead()
+        return claim
+
+    def _sample_below(self) -> float:
+        """Claims that leave fewer trials queued than this top the queue up."""
+        if self.config.study.sampler not in LEARNS_FROM_RESULTS:
+            return SAMPLE_AHEAD_BELOW
+        # Samplers that learn keep a short queue of the latest knowledge: every claim that
+        # leaves it short refills it (unknown until this process has looked: always).
+        depth = self.sampler.depth
+        return float("inf") if depth is None else depth
+
+    def _run_claim(self, claim: Claim) -> None:
+        self._claim, self._lost = claim, False
+        self._trial_stop = threading.Event()
+        if self._stop.is_set():
+            self._trial_stop.set()
+        try:
+            params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
+            if self._rungs != []:
+                self._retry(
+                    lambda: self._load_pruner().begin_trial(
+                        claim.trial_id, claim.number, resumed=bool(reported)
+                    ),
+                    "read",
+                )
+            run = TrialRun(
+                number=claim.number,
+                trial_id=claim.trial_id,
+                params=params,
+                config=self.config,
+                seed=derived_seed(self.config.study.seed, claim.number, "train"),
+                device=self.device,
+                report=self._reporter(claim, reported),
+                stop=self._trial_stop,
+                checkpoints=self._checkpoint_store(claim),
+                reported=dict(reported),
+                previous_worker=previous,
+            )
+            if previous:
+                logger.info(
+                    "trial %d: resuming the work of %s (epochs reported: %d; params %s)",
+                    claim.number,
+                    previous,
+                    max(reported, default=0),
+                    _fmt_params(params),
+                )
+            else:
+                logger.info("trial %d: starting (params %s)", claim.number, _fmt_params(params))
+            started = time.monotonic()
+            if self._progress:
+                self._best = self._best_so_far()
+            self._show(claim.number, None, None)
+            try:
+                outcome = self._run_trial(run)
+            except Exception as exc:  # a bug in the trial function: record it, keep working
+                logger.exception("trial %d failed", claim.number)
+                outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+            self._record(claim, run, outcome, time.monotonic() - started)
+        except LeaseLost:
+            self._lost = True
+        finally:
+            self._reports.end()
+            if self._pruner is not None:
+                self._pruner.end_trial()
+            if self._lost:
+                logger.warning(
+                    "trial %d was taken over by another worker (this one was silent for longer "
+                    "than the grace period); stopped it here, its new owner continues it",
+                    claim.number,
+                )
+            self._claim = None
+
+    def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
+        leftover = self._reports.end()  # written with the trial's end, in one transaction
+        if self._lost:
+            return
+        if outcome.status == "machine_fault":
+            self._stop_for_machine_fault(claim, run, outcome, leftover)
+        if outcome.status == "attempt_failed":
+            then = self._hand_back_failed_attempt(claim, run, outcome, leftover)
+            logger.warning("trial %d: %s; %s", claim.number, outcome.reason, then)
+            return
+        if outcome.status == "preempted":
+            self._retry(
+                lambda: fenced_writes.hand_back(
+                    self.storage, claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
+                ),
+                "hand the trial back",
+                attempts=5,
+            )
+            logger.info("trial %d: checkpointed and handed back for another worker", claim.number)
+            return
+        end = trial_end(outcome, run.reported)
+        system_attrs = {"fail_reason": end.fail_reason} if end.fail_reason else {}
+        user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
+        self._retry(
+            lambda: fenced_writes.finish(
+                self.storage, claim, end.state, end.value, user_attrs, system_attrs, leftover
+            ),
+            "record the trial's result",
+        )
+        self.trials_run += 1
+        if run.checkpoints is not None and not self.keep_checkpoints:
+            try:
+                run.checkpoints.discard()
+            except Exception:  # an old checkpoint costs disk space, not correctness
+                logger.warning("trial %d: could not delete its checkpoint", claim.number)
+        shown = "" if end.value is None else f" {self.config.study.metric} {end.value:.4g}"
+        why = f" ({end.fail_reason})" if end.fail_reason else ""
+        logger.info(
+            "trial %d %s%s in %.1f s%s", claim.number, end.state.lower(), shown, seconds, why
+        )
+
+    def _stop_for_machine_fault(
+        self, claim: Claim, run: TrialRun, outcome: TrialOutcome, leftover: dict[int, float]
+    ) -> None:
+        """Hand the trial back untouched (one failed attempt, not a FAIL) and stop this worker:
+        the fault is this machine's, and it would fail every trial the same way."""
+        reason = outcome.reason or "the machine cannot train"
+        then = self._hand_back_failed_attempt(claim, run, outcome, leftover)
+        raise RuntimeFailure(f"this worker stops: {reason} (trial {claim.number} {then})")
+
+    def _hand_back_failed_attempt(
+        self, claim: Claim, run: TrialRun, outcome: TrialOutcome, leftover: dict[int, float]
+    ) -> str:
+        """Queue the trial again, counting one failed attempt (FAIL after max_attempts);
+        says which happened."""
+        reason = outcome.reason or "the attempt died"
+        attempt = {
+            "worker_id": self.worker_id,
+            "generation": claim.generation,
+            "hostname": self.hostname,
+            "epoch": max(run.reported, default=0),
+            "how": reason,
+        }
+        failed = self._retry(
+            lambda: fenced_writes.hand_back(
+                self.storage,
+                claim,
+                {"hpsearch:handed_back_by": self.worker_id},
+                leftover,
+                failed_attempt=attempt,
+                max_attempts=self.config.study.max_attempts,
+            ),
+            "hand the trial back",
+            attempts=5,
+        )
+        return (
+            f"it ends FAIL, its worker having died {self.config.study.max_attempts} times"
+            if failed
+            else "handed back for another worker"
+        )
+
+    # -- reporting and pruning --------------------------------------------------------------
+
+    def _reporter(self, claim: Claim, reported: dict[int, float]) -> Callable[[int, float], bool]:
+        """The trial's report callback: values go to the background writer; at epochs where
+        the pruner can decide, they are flushed first and the pruner is asked."""
+        self._reports.begin(claim)
+        last_pruned_check = max(reported, default=0)
+
+        def report(epoch: int, value: float) -> bool:
+            nonlocal last_pruned_check
+            if self._lost:
+                return True
+            self._show(claim.number, epoch, value)
+            self._reports.add(epoch, value)
+            reported[epoch] = value
+            # After the last epoch there is nothing left to save: the trial completes.
+            needs_check = epoch < self.config.task.epochs and (
+                self._rungs is None or any(last_pruned_check < s <= epoch for s in self._rungs)
+            )
+            if not needs_check:
+                return False
+            try:
+                # The values need not be stored first: pruners compare the other trials' rung
+                # attributes with this trial's values, which the pruner is handed here.
+                decision = self._should_prune(claim, reported)
+                self._db_back()
+            except LeaseLost:
+                self._lost = True
+                return True
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                # Keep training: the values are written when the database is back, and the
+                # pruner is asked at the next rung.
+                self._db_down(exc, "report")
+                return False
+            last_pruned_check = epoch
+            return decision
+
+        return report
+
+    def _should_prune(self, claim: Claim, reported: dict[int, float]) -> bool:
+        return self._load_pruner().should_prune(claim.trial_id, reported)
+
+    def _load_pruner(self) -> Pruner:
+        if self._pruner is None:
+            self._pruner = Pruner(self.storage, self.study, refresh_s=PRUNING_REFRESH_S)
+        return self._pruner
+
+    # -- sampling ahead ---------------------------------------------------------------------
+
+    def _maybe_sample_ahead(self) -> None:
+        """After a claim: if the queue is running low, refill it in the background."""
+        if self._sampler_thread is not None and self._sampler_thread.is_alive():
+            return
+        thread = threading.Thread(target=self._sample_ahead_quietly, name="sampler", daemon=True)
+        self._sampler_thread = thread
+        thread.start()
+
+    def _sample_ahead_quietly(self) -> None:
+        try:
+            self._top_up()
+        except Exception as exc:  # the loop samples synchronously when it finds nothing queued
+            if not is_transient(exc):
+                logger.warning("sampling ahead failed: %s", first_line(exc))
+
+    def _top_up(self) -> bool:
+        return self.sampler.top_up(stop=self._stop)
+
+    # -- trial state ------------------------------------------------------------------------
+
+    def _load_trial(self, claim: Claim) -> tuple[dict[str, Any], dict[int, float], str | None]:
+        """The trial's params (sampling any that are missing), the values it already has, and
+        the worker that ran it before (if it is resumed)."""
+        data = claim.loaded or claims.read_trial_data(self.storage, claim.trial_id)
+        params = {
+            name: json_to_distribution(dist).to_external_repr(value)
+            for name, value, dist in data.params
+        }
+        missing = [p for p in self.config.space if p.name not in params]
+        if missing:
+            # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
+            try:
+                params.update(self.sampler.sample_params(claim.trial_id, claim.number, missing))
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                self._retry(
+                    lambda: fenced_writes.hand_back(self.storage, claim), "hand back", attempts=5
+                )
+                raise RuntimeFailure(
+                    f"sampling the missing params of trial {claim.number} with the "
+                    f"{self.config.study.sampler} sampler failed: {type(exc).__name__}: "
+                    f"{first_line(exc)} (the trial is queued again)"
+                ) from exc
+        reported = {int(step): stored_float(v, kind) for step, v, kind in data.steps}
+        return params, reported, data.previous_worker
+
+    def _checkpoint_store(self, claim: Claim) -> CheckpointStore | None:
+        if self.artifacts is None:
+            return None
+
+        def flush_reports() -> None:
+            try:
+                self._reports.flush()
+            except LeaseLost:
+                self._trial_lost(claim)
+                raise
+
+        return TrialCheckpoints(
+            self.artifacts,
+            self.storage,
+            claim,
+            self.study,
+            before_publish=flush_reports,
+        )
+
+    # -- liveness ---------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self._heartbeat_s * (0.8 + 0.4 * random.random())):
+            claim = self._claim
+            try:
+                holds = liveness.heartbeat(self.storage, self.worker_id, claim)
+                self._db_back()
+                if claim is not None and not holds:
+                    self._trial_lost(claim)
+                max_attempts = self.config.study.max_attempts
+                for reaped in liveness.reap(self.storage, self.study.study_id, max_attempts):
+                    if reaped.failed:
+                        logger.warning(
+                            "worker %s went silent for longer than its grace period: trial %d "
+                            "has now taken down %d workers and ends FAIL (max_attempts)",
+                            reaped.worker_id,
+                            reaped.number,
+                            max_attempts,
+                        )
+                        continue
+                    logger.warning(
+                        "worker %s went silent for longer than its grace period: trial %d is "
+                        "queued again and will resume from its last checkpoint",
+                        reaped.worker_id,
+                        reaped.number,
+                    )
+            except Exception as exc:
+                if not is_transient(exc):
+                    logger.exception("heartbeat failed")
+                self._db_down(exc, "heartbeat")
+
+    def _trial_lost(self, claim: Claim) -> None:
+        """Another worker holds `claim` now: stop it here, if it is still the one running."""
+        if claim == self._claim:
+            self._lost = True
+            self._trial_stop.set()
+
+    def _db_down(self, exc: BaseException, what: str) -> None:
+        if self._db_down_since is None:
+            self._db_down_since = time.monotonic()
+            logger.warning(
+                "database unreachable (%s: %s); training continues, retrying",
+                what,
+                first_line(exc),
+            )
+
+    def _db_back(self) -> None:
+        if self._db_down_since is not None:
+            logger.warning(
+                "database reachable again after %.0f s", time.monotonic() - self._db_down_since
+            )
+            self._db_down_since = None
+
+    def _retry(self, fn: Callable[[], T], what: str, *, attempts: int | None = None) -> T:
+        return retry(fn, what, attempts=attempts, on_error=self._db_down, on_success=self._db_back)
+
+    # -- signals and progress ---------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGINT and self._stop_signal == signal.SIGINT:
+                raise KeyboardInterrupt  # second Ctrl-C: stop now
+            self._stop_signal = signum
+            name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+            logger.warning("%s: checkpointing the running trial and handing it back", name)
+            self._stop.set()
+            self._trial_stop.set()
+
+        for s in previous:
+            signal.signal(s, on_signal)
+
+        def restore() -> None:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+        return restore
+
+    def _show(self, number: int, epoch: int | None, value: float | None) -> None:
+        if not self._progress:
+            return
+        epochs = self.config.task.epochs
+        where = (
+            f"epoch {epoch}/{epochs} {self.config.study.metric} {value:.4f}"
+            if epoch
+            else "starting"
+        )
+        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}{self._best}")
+        sys.stderr.flush()
+
+    def _best_so_far(self) -> str:
+        try:
+            best = best_trial(self.storage, self.study)
+        except Exception:  # the progress line can do without it this time
+            return self._best
+        if best is None:
+            return ""
+        return f" | best {best[1]:.4g} (trial {best[0]})"
+
+    def _end_progress(self) -> None:
+        if self._progress:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def _fmt_params(params: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()
+    )
