@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from search.commands.export import add_export_parser, cmd_export
 from search.db.migrate import check_schema, upgrade
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
 from search.db.storage import Storage, StorageError, open_storage, resolve_url, retry
@@ -151,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds between refreshes with --watch (default: 2)",
     )
+
+    add_export_parser(sub)
 
     dashboard = sub.add_parser(
         "dashboard",
@@ -500,6 +503,7 @@ _COMMANDS = {
     "delete": cmd_delete,
     "dashboard": cmd_dashboard,
     "compare": cmd_compare,
+    "export": cmd_export,
 }
 
 

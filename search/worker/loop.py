@@ -49,6 +49,7 @@ from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.report_writer import ReportWriter
+from search.worker.tracked import TrialTracking
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
 from trainer import CheckpointStore
@@ -122,6 +123,7 @@ class Worker:
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
         )
         self.trials_run = 0
+        self._tracking = TrialTracking(study, worker_id=self.worker_id, device=device)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -170,6 +172,7 @@ class Worker:
         finally:
             self._stop.set()
             beat.join(timeout=5)
+            self._tracking.close(study_done=reason == "done")
             self._reports.close()
             if self._pruner is not None:
                 self._pruner.close()
@@ -269,12 +272,13 @@ class Worker:
                 config=self.config,
                 seed=derived_seed(self.config.study.seed, claim.number, "train"),
                 device=self.device,
-                report=self._reporter(claim, reported),
+                report=self._tracking.reporting(claim.number, self._reporter(claim, reported)),
                 stop=self._trial_stop,
                 checkpoints=self._checkpoint_store(claim),
                 reported=dict(reported),
                 previous_worker=previous,
             )
+            self._tracking.trial_started(run)
             if previous:
                 logger.info(
                     "trial %d: resuming the work of %s (epochs reported: %d; params %s)",
@@ -313,6 +317,7 @@ class Worker:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
         if self._lost:
             return
+        self._tracking.trial_ended(run, outcome)
         if outcome.status == "machine_fault":
             self._stop_for_machine_fault(claim, run, outcome, leftover)
         if outcome.status == "attempt_failed":
