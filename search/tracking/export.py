@@ -54,6 +54,7 @@ def export_study(storage: Storage, study: StudyRef, tracker: Tracker) -> ExportC
                 tags=tags,
                 started_at=started,
                 running=trial.state == TrialState.RUNNING,
+                live=False,
             )
         )
         state = _ENDED.get(trial.state)

@@ -79,6 +79,8 @@ class TrialStarted:
     started_at: float = field(default_factory=time.time)
     running: bool = True
     """False for `hpsearch export` of a trial that has ended (its run is not reopened)."""
+    live: bool = True
+    """Sent by the worker that trains the trial (False: by `hpsearch export`)."""
 
     @property
     def key(self) -> str:

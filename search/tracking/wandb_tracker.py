@@ -18,6 +18,7 @@ Credentials: W&B's own WANDB_API_KEY or ~/.netrc (`wandb login`), never the conf
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -41,15 +42,25 @@ class WandbTracker(Tracker):
     def __init__(self, settings: WandbSettings, study: StudyRef) -> None:
         self.settings = settings
         self.study = study
+        # wandb logs each run's set-up at INFO: not for the worker's log.
+        logging.getLogger("wandb").setLevel(logging.WARNING)
         self.mode = os.environ.get("WANDB_MODE") or settings.mode
         path = "/".join(p for p in (settings.entity, settings.project) if p)
         self.where = f"project {path!r} ({self.mode})"
         self._metric = study.config.study.metric
         self._run: Any = None
         self._number: int | None = None
+        self._about: dict[str, Any] = {}
 
     def start_trial(self, started: TrialStarted) -> None:
         self._finish_open_run()
+        self._about = {
+            "study": self.study.name,
+            "study_uid": self.study.uid,
+            "trial_number": started.number,
+            "study_setup": study_params(self.study),
+            **_untagged(started.tags),
+        }
         run = wandb.init(
             project=self.settings.project,
             entity=self.settings.entity,
@@ -57,16 +68,7 @@ class WandbTracker(Tracker):
             name=f"{self.study.name} trial {started.number}",
             group=self.study.name,
             job_type="trial",
-            config={
-                **started.params,
-                "hpsearch": {
-                    "study": self.study.name,
-                    "study_uid": self.study.uid,
-                    "trial_number": started.number,
-                    "study_setup": study_params(self.study),
-                    **_untagged(started.tags),
-                },
-            },
+            config={**started.params, "hpsearch": self._about},
             allow_val_change=True,
             resume="allow",
             mode=self.mode,
@@ -79,8 +81,10 @@ class WandbTracker(Tracker):
         if started.running:
             run.summary["state"] = "running"
         # Values the run lacks (a resumed trial's earlier epochs, an export): W&B keeps steps
-        # in order, and drops those below the run's current step.
-        for epoch, value in sorted(started.reported.items()):
+        # in order, and drops those below the run's current step. Offline, a worker's earlier
+        # epochs are in the previous worker's run files already (`wandb sync` joins them).
+        backfill = started.reported if not (self.mode == "offline" and started.live) else {}
+        for epoch, value in sorted(backfill.items()):
             if int(epoch) >= run.step:
                 run.log({self._metric: float(value), "epoch": int(epoch)}, step=int(epoch))
 
@@ -91,7 +95,8 @@ class WandbTracker(Tracker):
 
     def end_trial(self, ended: TrialEnded) -> None:
         run = self._open(ended.number)
-        run.config.update({"hpsearch": _untagged(ended.tags)}, allow_val_change=True)
+        about = {**self._about, **_untagged(ended.tags)}
+        run.config.update({"hpsearch": about}, allow_val_change=True)
         run.summary["state"] = ended.state
         if ended.value is not None:
             run.summary["value"] = ended.value

@@ -7,18 +7,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from search.commands.cli import main
 from search.db.storage import open_storage
 from search.study.studies import create_study
 from search.worker import tracked
 from search.worker.loop import Worker
 from search.worker.training import run_training
-from tests.search.test_cli import hpsearch
 from tests.search.tracking_helpers import (
     EPOCHS,
     MlflowServer,
@@ -105,7 +104,7 @@ def test_a_tracker_stopped_mid_study_fails_no_trial_then_export_writes_the_rest(
     mlflow_server: MlflowServer,
     pg_url: str,
     study_name: str,
-    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,16 +142,12 @@ def test_a_tracker_stopped_mid_study_fails_no_trial_then_export_writes_the_rest(
     assert set(trial_runs(client, experiment)) <= {0, 1, 2}  # what got through before
 
     # After the fact: export writes every trial, in the same runs; a second export adds nothing.
-    done = hpsearch(
-        "export", "--study", study_name, "--to", "mlflow", "--storage", pg_url, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
+    export = ["export", "--study", study_name, "--to", "mlflow", "--storage", pg_url]
+    assert main(export) == 0
+    assert "5 finished and 0 running trial(s) in mlflow" in capsys.readouterr().out
     check_runs_match_the_study(client, pg_url, study_name, experiment)
     before = _snapshot(client, experiment)
-    again = hpsearch(
-        "export", "--study", study_name, "--to", "mlflow", "--storage", pg_url, cwd=tmp_path
-    )
-    assert again.returncode == 0, again.stderr
+    assert main(export) == 0
     assert _snapshot(client, experiment) == before
 
 

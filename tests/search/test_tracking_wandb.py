@@ -1,0 +1,64 @@
+"""Every trial one W&B run, offline (no network): the run files the workers write are read
+back and hold each trial's params, curve, state and provenance; a preempted trial resumed by
+another worker continues the same run id."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.db.storage import open_storage
+from search.study.studies import create_study
+from search.tracking.wandb_tracker import wandb_run_id
+from tests.search.tracking_helpers import (
+    EPOCHS,
+    run_study_with_a_preempted_trial,
+    tracked_config,
+)
+from tests.search.wandb_files import offline_runs
+
+
+def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(
+    pg_url: str, study_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    config = tracked_config(study_name, {"wandb": {"project": "hpsearch-test", "mode": "offline"}})
+    storage = open_storage(pg_url)
+    study, _ = create_study(storage, config)
+    run_study_with_a_preempted_trial(storage, study)
+
+    trials = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    files = defaultdict(list)  # run id -> its run files, oldest first
+    for run in offline_runs(tmp_path):
+        files[run.run_id].append(run)
+    assert set(files) == {wandb_run_id(study.uid, t.number) for t in trials}
+    for trial in trials:
+        parts = files[wandb_run_id(study.uid, trial.number)]
+        last = parts[-1]
+        assert all(p.group == study_name for p in parts)
+        assert {k: last.config[k] for k in trial.params} == trial.params
+        about = last.config["hpsearch"]
+        assert about["study"] == study_name and about["trial_number"] == trial.number
+        for attr in ("hostname", "precision", "git_commit", "data_fingerprint"):
+            assert about[attr] == str(trial.user_attrs[attr]), attr
+        # The curve: every epoch once, at step = epoch, across the run's files.
+        curve = [(step, row["val_accuracy"]) for p in parts for step, row in p.history.items()]
+        assert sorted(curve) == sorted(trial.intermediate_values.items()), trial.number
+        state = {"COMPLETE": "complete", "PRUNED": "pruned"}[trial.state.name]
+        assert last.summary["state"] == state and state in last.tags
+        assert last.exit_code == 0
+        if state == "pruned":
+            assert last.summary["pruned_at_epoch"] == max(trial.intermediate_values)
+    assert {t.state.name for t in trials} == {"COMPLETE", "PRUNED"}
+    # Trial 0 was preempted at epoch 2 on one worker and finished on another: one run id,
+    # written in two parts, the first marked preempting.
+    first, second = files[wandb_run_id(study.uid, 0)]
+    assert first.preempting and first.summary["state"].startswith("handed back")
+    assert sorted(first.history) == [1, 2]
+    assert sorted(second.history) == list(range(3, EPOCHS + 1))
