@@ -35,8 +35,8 @@ class Tracker(ABC):
         running when `started.running`, log the params and the values it lacks."""
 
     @abstractmethod
-    def log_epoch(self, number: int, epoch: int, value: float, at: float) -> None:
-        """The trial's metric at `epoch` (step = epoch); `at` is when it was reported."""
+    def log_epochs(self, number: int, points: list[tuple[int, float, float]]) -> None:
+        """The trial's metric at some epochs: (epoch, value, when reported), step = epoch."""
 
     @abstractmethod
     def end_trial(self, ended: TrialEnded) -> None:

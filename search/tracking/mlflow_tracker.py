@@ -71,21 +71,18 @@ class MlflowTracker(Tracker):
         parent = self._parent_run()
         run_id = self._find(KEY_TAG, started.key)
         if run_id is None:  # a new run: nothing to compare with
-            run_id = self._create_once(
-                KEY_TAG,
-                started.key,
-                lambda: self.client.create_run(
-                    self._experiment(),
-                    start_time=_ms(started.started_at),
-                    tags={
-                        KEY_TAG: started.key,
-                        PARENT_TAG: parent,
-                        "hpsearch.study": self.study.name,
-                        "hpsearch.trial_number": str(started.number),
-                    },
-                    run_name=f"trial {started.number}",
-                ),
-            )
+            # Only the worker holding the trial's lease (or one export) creates it.
+            run_id = self.client.create_run(
+                self._experiment(),
+                start_time=_ms(started.started_at),
+                tags={
+                    KEY_TAG: started.key,
+                    PARENT_TAG: parent,
+                    "hpsearch.study": self.study.name,
+                    "hpsearch.trial_number": str(started.number),
+                },
+                run_name=f"trial {started.number}",
+            ).info.run_id
             status, params, tags, have = RUNNING, {}, {PARENT_TAG: parent}, set()
         else:  # resumed, or exported again: only what the run lacks
             run = self.client.get_run(run_id)
@@ -108,11 +105,13 @@ class MlflowTracker(Tracker):
             tags={k: v for k, v in new_tags.items() if tags.get(k) != v},
         )
 
-    def log_epoch(self, number: int, epoch: int, value: float, at: float) -> None:
+    def log_epochs(self, number: int, points: list[tuple[int, float, float]]) -> None:
         run_id = self._runs.get(number) or self._find(KEY_TAG, self._key(number))
         if run_id is None:
             raise LookupError(f"trial {number} has no run (its start was not recorded)")
-        self.client.log_batch(run_id, metrics=[Metric(self._metric, float(value), _ms(at), epoch)])
+        self._log(
+            run_id, metrics=[Metric(self._metric, float(v), _ms(at), e) for e, v, at in points]
+        )
 
     def end_trial(self, ended: TrialEnded) -> None:
         run_id = self._runs.pop(ended.number, None) or self._find(KEY_TAG, self._key(ended.number))

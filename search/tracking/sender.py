@@ -12,10 +12,13 @@ later (`hpsearch export`).
 from __future__ import annotations
 
 import collections
+import functools
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from search.errors import first_line
 from search.tracking.base import Tracker
@@ -28,6 +31,10 @@ MAX_QUEUED = 10_000
 """Updates waiting for the tracker, at most (about 1 MB): a day of epochs of a fast study."""
 RETRY_MAX_S = 10.0
 """Longest wait between two tries while the tracker is unreachable."""
+DOWN_AT_CLOSE_S = 2.0
+"""How long a leaving worker waits for a tracker that is unreachable at that moment."""
+MAX_BATCH = 1000
+"""Most epoch values sent in one call (MLflow takes 1000 metrics per batch)."""
 CLOSE_MAX_S = 120.0
 """Longest a leaving worker sends its queued updates, even while they go through."""
 
@@ -39,7 +46,9 @@ class Sender:
         self.tracker = tracker
         self.export_hint = export_hint
         self.sent = 0
-        self._queue: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()
+        # (what, call) or, for an epoch's value, (what, (trial number, (epoch, value, when))):
+        # the values of one trial that wait together go out in one call.
+        self._queue: collections.deque[tuple[str, Any]] = collections.deque()
         self._wake = threading.Condition()
         self._closing = False
         self._give_up = threading.Event()
@@ -56,11 +65,18 @@ class Sender:
 
     def submit(self, what: str, call: Callable[[], None]) -> None:
         """Queue one update (never blocks; dropped when the queue is full)."""
+        self._put(what, call)
+
+    def submit_epoch(self, number: int, epoch: int, value: float, at: float) -> None:
+        """Queue a trial's value at one epoch (sent with the others of that trial queued)."""
+        self._put(f"trial {number} epoch {epoch}", (number, (epoch, value, at)))
+
+    def _put(self, what: str, item: Any) -> None:
         with self._wake:
             if self._closing or len(self._queue) >= MAX_QUEUED:
                 self._dropped += 1
                 return
-            self._queue.append((what, call))
+            self._queue.append((what, item))
             self._wake.notify()
 
     def close(self, idle_s: float, max_s: float = CLOSE_MAX_S) -> int:
@@ -72,6 +88,8 @@ class Sender:
             self._wake.notify()
         deadline = time.monotonic() + max_s
         self._last_progress = time.monotonic()
+        if self._down_since is not None:  # unreachable now: one more try or two, not more
+            idle_s = min(idle_s, DOWN_AT_CLOSE_S)
         while self._thread.is_alive() and time.monotonic() < deadline:
             self._thread.join(0.1)
             if time.monotonic() - self._last_progress > idle_s:
@@ -113,7 +131,7 @@ class Sender:
                     self._wake.wait()
                 if not self._queue or self._give_up.is_set():
                     return
-                what, call = self._queue[0]
+                what, call, taken = self._head()
             try:
                 call()
             except Exception as exc:
@@ -126,8 +144,9 @@ class Sender:
                     continue
                 # Refused (a param changed its value, a run deleted by hand): the same next time.
                 with self._wake:
-                    self._queue.popleft()
-                    self._refused += 1
+                    for _ in range(taken):
+                        self._queue.popleft()
+                    self._refused += taken
                 if self._first_refusal is None:
                     self._first_refusal = f"{what}: {first_line(exc)}"
                     logger.warning(
@@ -139,8 +158,9 @@ class Sender:
                     )
                 continue
             with self._wake:
-                self._queue.popleft()
-            self.sent += 1
+                for _ in range(taken):
+                    self._queue.popleft()
+            self.sent += taken
             self._last_progress = time.monotonic()
             backoff = 0.5
             if self._down_since is not None:
@@ -152,6 +172,20 @@ class Sender:
                     len(self._queue),
                 )
                 self._down_since = None
+
+    def _head(self) -> tuple[str, Callable[[], None], int]:
+        """The next call to make and how many queued updates it sends (under the lock)."""
+        what, item = self._queue[0]
+        if callable(item):
+            return what, item, 1
+        number, points = item[0], [item[1]]
+        for _what, later in itertools.islice(self._queue, 1, MAX_BATCH):
+            if callable(later) or later[0] != number:
+                break
+            points.append(later[1])
+        if len(points) > 1:
+            what = f"trial {number} epochs {points[0][0]}-{points[-1][0]}"
+        return what, functools.partial(self.tracker.log_epochs, number, points), len(points)
 
     def _unreachable(self, exc: BaseException, what: str) -> None:
         if self._down_since is None:

@@ -88,10 +88,11 @@ class WandbTracker(Tracker):
             if int(epoch) >= run.step:
                 run.log({self._metric: float(value), "epoch": int(epoch)}, step=int(epoch))
 
-    def log_epoch(self, number: int, epoch: int, value: float, at: float) -> None:
+    def log_epochs(self, number: int, points: list[tuple[int, float, float]]) -> None:
         run = self._open(number)
-        if epoch >= run.step:
-            run.log({self._metric: float(value), "epoch": epoch}, step=epoch)
+        for epoch, value, _at in points:
+            if epoch >= run.step:
+                run.log({self._metric: float(value), "epoch": epoch}, step=epoch)
 
     def end_trial(self, ended: TrialEnded) -> None:
         run = self._open(ended.number)

@@ -81,10 +81,8 @@ class TrialTracking:
             self._last_epoch[number] = epoch
             if epoch not in self._recorded.get(number, ()):
                 at = time.time()
-                self._submit(
-                    f"trial {number} epoch {epoch}",
-                    lambda t: t.log_epoch(number, epoch, value, at),
-                )
+                for sender in self._senders:
+                    sender.submit_epoch(number, epoch, value, at)
             return report(epoch, value)
 
         return tracked
