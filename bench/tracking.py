@@ -4,11 +4,11 @@ MLflow server, to an MLflow server that is down, and to W&B offline, side by sid
 Each mode runs a fresh study (PostgreSQL, one in-process worker, 6 trials of 10 epochs of
 tests/search/tiny_task.py: epochs of milliseconds, so that any time tracking adds on the
 training thread shows) per repeat; modes alternate within each repeat so that the machine's
-load falls on all alike. Per epoch: the trainer's wall seconds of each trial over its epochs.
+load falls on all alike (after one warm-up study, not counted). Per epoch: the trainer's wall seconds of each trial over its epochs.
 Per study: the worker's time from start to exit (for tracking modes it includes sending what
 is still queued when the study ends, at most 10 s without progress).
 
-    python bench/tracking.py --repeats 3
+    python bench/tracking.py --repeats 5
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def run_study(url: str, mode: str, server: MlflowServer, wandb_dir: Path) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -76,6 +76,7 @@ def main() -> None:
         server = MlflowServer(backend, root)
         server.start()
         try:
+            run_study(url, "off", server, root / "wandb")  # warm-up: torch, the task, caches
             for repeat in range(args.repeats):
                 for mode in MODES:
                     results[mode].append(run_study(url, mode, server, root / "wandb"))
