@@ -10,9 +10,11 @@ from pathlib import Path
 import optuna
 import pytest
 
+from search.commands.cli import main
 from search.db.storage import open_storage
 from search.study.studies import create_study
 from search.tracking.wandb_tracker import wandb_run_id
+from search.worker.loop import Worker
 from tests.search.tracking_helpers import (
     EPOCHS,
     run_study_with_a_preempted_trial,
@@ -35,7 +37,7 @@ def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(
 
     trials = optuna.load_study(study_name=study_name, storage=pg_url).trials
     files = defaultdict(list)  # run id -> its run files, oldest first
-    for run in offline_runs(tmp_path):
+    for run in offline_runs(tmp_path, expect=len(trials) + 1):  # trial 0 in two parts
         files[run.run_id].append(run)
     assert set(files) == {wandb_run_id(study.uid, t.number) for t in trials}
     for trial in trials:
@@ -62,3 +64,30 @@ def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(
     assert first.preempting and first.summary["state"].startswith("handed back")
     assert sorted(first.history) == [1, 2]
     assert sorted(second.history) == list(range(3, EPOCHS + 1))
+
+
+def test_export_writes_each_trial_as_one_offline_run(
+    pg_url: str, study_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    storage = open_storage(pg_url)
+    study, _ = create_study(storage, tracked_config(study_name, {}, n_trials=4))
+    assert Worker(storage, study, grace_s=5, progress=False).run() == 0
+    assert offline_runs(tmp_path) == []  # no [tracking]: nothing written while it ran
+
+    export = ["export", "--study", study_name, "--to", "wandb", "--storage", pg_url]
+    assert main([*export, "--project", "hpsearch-test", "--mode", "offline"]) == 0
+    assert "4 finished and 0 running trial(s) in wandb" in capsys.readouterr().out
+    runs = {run.run_id: run for run in offline_runs(tmp_path, expect=4)}
+    trials = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    assert set(runs) == {wandb_run_id(study.uid, t.number) for t in trials}
+    for trial in trials:
+        run = runs[wandb_run_id(study.uid, trial.number)]
+        curve = {step: row["val_accuracy"] for step, row in run.history.items()}
+        assert curve == trial.intermediate_values
+        assert run.summary["state"] == trial.state.name.lower()
+        assert run.config["hpsearch"]["git_commit"] == trial.user_attrs["git_commit"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,14 @@ def _key(item: Any) -> str:
     return item.key or ".".join(item.nested_key)
 
 
-def offline_runs(wandb_dir: Path) -> list[OfflineRun]:
-    """Every offline run file under $WANDB_DIR/wandb, oldest first."""
-    return [read_run(p) for p in sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))]
+def offline_runs(wandb_dir: Path, expect: int = 0, timeout_s: float = 30.0) -> list[OfflineRun]:
+    """Every offline run file under $WANDB_DIR/wandb, oldest first, once there are `expect`
+    and each is complete (wandb-core may still be writing when `finish()` has returned)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        paths = sorted(wandb_dir.glob("wandb/offline-run-*/run-*.wandb"))
+        kinds = [{r.WhichOneof("record_type") for r in records(p)} for p in paths]
+        complete = len(paths) >= expect and all("run" in k and "exit" in k for k in kinds)
+        if complete or time.monotonic() > deadline:
+            return [read_run(p) for p in paths]
+        time.sleep(0.2)
