@@ -42,8 +42,8 @@ def add_export_parser(sub: Any) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from search.tracking.base import open_trackers
     from search.tracking.export import export_study
+    from search.tracking.trackers import open_trackers
 
     flags = {
         "mlflow": {"uri": args.uri, "experiment": args.experiment},

@@ -6,7 +6,8 @@ One module per tracker behind `Tracker` (`base`); `records` is what a tracker is
 trial; `sender` keeps tracker calls off the training thread.
 """
 
-from search.tracking.base import TRACKERS, Tracker, open_trackers
+from search.tracking.base import TRACKERS, Tracker
 from search.tracking.records import TrialEnded, TrialStarted
+from search.tracking.trackers import open_trackers
 
 __all__ = ["TRACKERS", "Tracker", "TrialEnded", "TrialStarted", "open_trackers"]

@@ -1,5 +1,5 @@
 """The interface every tracker implements (one module per tracker: `mlflow_tracker`,
-`wandb_tracker`), and how the trackers of a study are opened.
+`wandb_tracker`; `trackers.open_trackers` opens a study's).
 
 A tracker's methods do network calls and may be slow or fail: a worker calls them only from its
 background sender (`search.tracking.sender`), never from the training thread; `hpsearch export`
@@ -12,11 +12,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from search.study.config import ConfigError, TrackingSettings, check_tracker_installed
 from search.study.studies import StudyRef
 from search.tracking.records import TrialEnded, TrialStarted
 
-__all__ = ["TRACKERS", "Tracker", "open_trackers", "study_params"]
+__all__ = ["TRACKERS", "Tracker", "study_params"]
 
 TRACKERS = ("mlflow", "wandb")
 
@@ -76,36 +75,3 @@ def study_params(study: StudyRef) -> dict[str, Any]:
         "precision": c.train.precision,
         "space": ", ".join(p.name for p in c.space),
     }
-
-
-def open_trackers(
-    study: StudyRef,
-    settings: TrackingSettings | None = None,
-    *,
-    only: str | None = None,
-    quick_fail: bool = False,
-) -> list[Tracker]:
-    """The study's trackers (its stored `[tracking]`, or `settings`); `only` keeps one of them.
-
-    quick_fail: one attempt per request, with a short timeout (the worker's sender retries on
-    its own thread); else the tracker library's own retries apply.
-    ConfigError (exit 2) when a tracker's package is missing.
-    """
-    settings = settings if settings is not None else study.config.tracking
-    trackers: list[Tracker] = []
-    if settings.mlflow is not None and only in (None, "mlflow"):
-        check_tracker_installed("mlflow")
-        from search.tracking.mlflow_tracker import MlflowTracker
-
-        trackers.append(MlflowTracker(settings.mlflow, study, quick_fail=quick_fail))
-    if settings.wandb is not None and only in (None, "wandb"):
-        check_tracker_installed("wandb")
-        from search.tracking.wandb_tracker import WandbTracker
-
-        trackers.append(WandbTracker(settings.wandb, study))
-    if only is not None and not trackers:
-        raise ConfigError(
-            f"study {study.name!r} has no [tracking] {only} settings: give them on the "
-            "command line (see hpsearch export --help)"
-        )
-    return trackers

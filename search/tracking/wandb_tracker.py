@@ -68,6 +68,8 @@ class WandbTracker(Tracker):
             name=f"{self.study.name} trial {started.number}",
             group=self.study.name,
             job_type="trial",
+            # Read at each run, not once per process as wandb's own settings are.
+            dir=os.environ.get("WANDB_DIR") or None,
             config={**started.params, "hpsearch": self._about},
             allow_val_change=True,
             resume="allow",

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from search.study.studies import StudyRef
-from search.tracking.base import open_trackers
 from search.tracking.records import TrialEnded, TrialStarted, provenance_tags
 from search.tracking.sender import Sender
+from search.tracking.trackers import open_trackers
 from search.worker.provenance import code_version
 from search.worker.trial_run import TrialOutcome, TrialRun, trial_end
 
