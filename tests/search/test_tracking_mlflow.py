@@ -20,6 +20,8 @@ from search.worker.loop import Worker
 from search.worker.training import run_training
 from tests.search.tracking_helpers import (
     EPOCHS,
+    FAILING_TRIAL,
+    FAILURE,
     MlflowServer,
     mlflow_server_fixture,
     run_study_with_a_preempted_trial,
@@ -73,6 +75,9 @@ def check_runs_match_the_study(
         ), trial.number
         if trial.state.name == "PRUNED":
             assert run.data.tags["hpsearch.pruned_at_epoch"] == str(max(trial.intermediate_values))
+        if trial.state.name == "FAIL":
+            assert run.data.tags["hpsearch.fail_reason"] == trial.system_attrs["fail_reason"]
+            continue  # a trial whose task raised has no provenance attributes
         for attr in ("hostname", "precision", "git_commit", "data_fingerprint", "torch_version"):
             assert run.data.tags[f"hpsearch.{attr}"] == str(trial.user_attrs[attr]), attr
         assert run.data.tags["hpsearch.hpsearch_version"]
@@ -88,7 +93,8 @@ def test_each_trial_is_one_run_and_a_resumed_trial_continues_its_run(
 
     trials = optuna.load_study(study_name=study_name, storage=pg_url).trials
     states = {t.state.name for t in trials}
-    assert states == {"COMPLETE", "PRUNED"}, "the study should prune some trials"
+    assert states == {"COMPLETE", "PRUNED", "FAIL"}, "the study should prune some trials"
+    assert trials[FAILING_TRIAL].system_attrs["fail_reason"] == FAILURE
     resumed = trials[0]
     assert resumed.user_attrs["resumed_from"]["epoch"] >= 2  # from its checkpoint
     client = MlflowClient(mlflow_server.uri)

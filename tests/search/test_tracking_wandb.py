@@ -17,6 +17,8 @@ from search.tracking.wandb_tracker import wandb_run_id
 from search.worker.loop import Worker
 from tests.search.tracking_helpers import (
     EPOCHS,
+    FAILING_TRIAL,
+    FAILURE,
     run_study_with_a_preempted_trial,
     tracked_config,
 )
@@ -47,17 +49,21 @@ def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(
         assert {k: last.config[k] for k in trial.params} == trial.params
         about = last.config["hpsearch"]
         assert about["study"] == study_name and about["trial_number"] == trial.number
-        for attr in ("hostname", "precision", "git_commit", "data_fingerprint"):
-            assert about[attr] == str(trial.user_attrs[attr]), attr
         # The curve: every epoch once, at step = epoch, across the run's files.
         curve = [(step, row["val_accuracy"]) for p in parts for step, row in p.history.items()]
         assert sorted(curve) == sorted(trial.intermediate_values.items()), trial.number
-        state = {"COMPLETE": "complete", "PRUNED": "pruned"}[trial.state.name]
+        state = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[trial.state.name]
         assert last.summary["state"] == state and state in last.tags
+        if state == "failed":
+            assert last.exit_code == 1 and last.summary["fail_reason"] == FAILURE
+            continue  # a trial whose task raised has no provenance attributes
         assert last.exit_code == 0
         if state == "pruned":
             assert last.summary["pruned_at_epoch"] == max(trial.intermediate_values)
-    assert {t.state.name for t in trials} == {"COMPLETE", "PRUNED"}
+        for attr in ("hostname", "precision", "git_commit", "data_fingerprint"):
+            assert about[attr] == str(trial.user_attrs[attr]), attr
+    assert {t.state.name for t in trials} == {"COMPLETE", "PRUNED", "FAIL"}
+    assert trials[FAILING_TRIAL].state.name == "FAIL"
     # Trial 0 was preempted at epoch 2 on one worker and finished on another: one run id,
     # written in two parts, the first marked preempting.
     first, second = files[wandb_run_id(study.uid, 0)]

@@ -97,7 +97,7 @@ def mlflow_server_fixture() -> Iterator[MlflowServer]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def tracked_config(name: str, tracking: dict[str, Any], n_trials: int = 6) -> Any:
+def tracked_config(name: str, tracking: dict[str, Any], n_trials: int = 8) -> Any:
     return parse_config(
         {
             "study": {"name": name, "n_trials": n_trials, "sampler": "random", "seed": 3},
@@ -113,10 +113,15 @@ def tracked_config(name: str, tracking: dict[str, Any], n_trials: int = 6) -> An
     )
 
 
+FAILING_TRIAL = 6
+FAILURE = "RuntimeError: the task's data loader broke"
+
+
 def run_study_with_a_preempted_trial(storage: Storage, study: StudyRef) -> None:
     """Worker A trains until trial 0 reaches epoch 2, is sent SIGTERM there (it checkpoints
     trial 0 and hands it back); worker B, another worker with trackers of its own, resumes
-    it from its checkpoint and trains the rest of the study."""
+    it from its checkpoint and trains the rest of the study, where trial 6 fails at epoch 2
+    (its task raises)."""
     artifacts = artifact_store_for(storage, None)
 
     def preempted_at_epoch_2(run: TrialRun) -> Any:
@@ -141,5 +146,26 @@ def run_study_with_a_preempted_trial(storage: Storage, study: StudyRef) -> None:
         artifacts=artifacts,
     )
     assert first.run() == 0
-    second = Worker(storage, study, grace_s=5, progress=False, artifacts=artifacts)
+
+    def failing_at_epoch_2(run: TrialRun) -> Any:
+        if run.number == FAILING_TRIAL:
+            report = run.report
+
+            def report_then_raise(epoch: int, value: float) -> bool:
+                stop = report(epoch, value)
+                if epoch == 2:
+                    raise RuntimeError(FAILURE.split(": ", 1)[1])
+                return stop
+
+            run.report = report_then_raise
+        return run_training(run)
+
+    second = Worker(
+        storage,
+        study,
+        run_trial=failing_at_epoch_2,
+        grace_s=5,
+        progress=False,
+        artifacts=artifacts,
+    )
     assert second.run() == 0
