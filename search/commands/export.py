@@ -11,15 +11,17 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from search.commands.common import add_storage_flags, storage_url
 from search.db.migrate import check_schema
-from search.db.storage import open_storage, resolve_url
+from search.db.storage import open_storage
+from search.errors import EXIT_OK
 from search.study.config import ConfigError, parse_tracking
 from search.study.studies import open_study
 
-__all__ = ["add_export_parser", "cmd_export"]
+__all__ = ["add_parser", "cmd_export"]
 
 
-def add_export_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """The `export` subcommand, on the CLI's subparsers."""
     export = sub.add_parser(
         "export",
@@ -30,15 +32,13 @@ def add_export_parser(sub: Any) -> None:
     )
     export.add_argument("--study", required=True, help="study name")
     export.add_argument("--to", required=True, choices=("mlflow", "wandb"), help="the tracker")
-    export.add_argument(
-        "--storage", help="study database (default: $HPSEARCH_STORAGE, else sqlite:///hpsearch.db)"
-    )
-    export.add_argument("--schema", help="PostgreSQL schema of hpsearch's tables")
+    add_storage_flags(export)
     export.add_argument("--uri", help="MLflow tracking URI (default: the study's [tracking])")
     export.add_argument("--experiment", help="MLflow experiment (default: the study's)")
     export.add_argument("--project", help="W&B project (default: the study's [tracking])")
     export.add_argument("--entity", help="W&B entity")
     export.add_argument("--mode", choices=("online", "offline"), help="W&B mode")
+    export.set_defaults(handler=cmd_export)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -53,7 +53,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if other != args.to and any(v is not None for v in given.values()):
             names = ", ".join(f"--{k}" for k, v in given.items() if v is not None)
             raise ConfigError(f"{names}: for --to {other}, not --to {args.to}")
-    storage = open_storage(resolve_url(args.storage, args.schema))
+    storage = open_storage(storage_url(args))
     try:
         check_schema(storage)
         study = open_study(storage, args.study)
@@ -74,4 +74,4 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"study {study.name!r}: {counts.finished} finished and {counts.running} running "
         f"trial(s) in {tracker.name} {tracker.where}"
     )
-    return 0
+    return EXIT_OK
