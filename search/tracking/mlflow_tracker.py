@@ -33,7 +33,11 @@ from search.study.studies import StudyRef
 from search.tracking.base import Tracker, study_params
 from search.tracking.records import KEY_TAG, STUDY_KEY_TAG, TrialEnded, TrialStarted, trial_key
 
-__all__ = ["MlflowTracker"]
+__all__ = ["QUICK_FAIL_ENV", "MlflowTracker"]
+
+QUICK_FAIL_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""MLflow's request settings in a worker (unless set already): a failed request is retried by
+the worker's sender, not inside MLflow's client for minutes."""
 
 PARENT_TAG = "mlflow.parentRunId"
 STATUS = {
@@ -52,8 +56,9 @@ class MlflowTracker(Tracker):
     ) -> None:
         if quick_fail:
             # One try per request, 10 s at most: the worker's sender retries, on its thread.
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+            # MLflow reads these from the environment only: set for the whole (worker) process.
+            for name, value in QUICK_FAIL_ENV.items():
+                os.environ.setdefault(name, value)
         # Not a "View run" line on stdout per finished run: the worker logs what it does.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.client = MlflowClient(tracking_uri=settings.uri)

@@ -172,7 +172,6 @@ class Worker:
         finally:
             self._stop.set()
             beat.join(timeout=5)
-            self._tracking.close(study_done=reason == "done")
             self._reports.close()
             if self._pruner is not None:
                 self._pruner.close()
@@ -188,6 +187,7 @@ class Worker:
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
             self._end_progress()
+            self._tracking.close(study_done=reason == "done", hurry=self._stop_signal is not None)
         logger.info(
             "worker %s leaves (%s) after %d trials", self.worker_id, reason, self.trials_run
         )

@@ -21,11 +21,14 @@ from search.tracking.trackers import open_trackers
 from search.worker.provenance import code_version
 from search.worker.trial_run import TrialOutcome, TrialRun, trial_end
 
-__all__ = ["FLUSH_S", "TrialTracking"]
+__all__ = ["FLUSH_S", "HURRY_S", "TrialTracking"]
 
 FLUSH_S = 10.0
 """Longest a leaving worker waits for its tracker without an update getting through (then it
 says what was not sent)."""
+HURRY_S = 5.0
+"""Longest a worker stopped by SIGTERM or Ctrl-C sends its queued tracker updates: a spot
+instance's notice has better uses; its trial's run resumes with the worker that continues it."""
 
 
 class TrialTracking:
@@ -109,13 +112,17 @@ class TrialTracking:
         )
         self._submit(f"trial {run.number} end", lambda t: t.end_trial(ended))
 
-    def close(self, *, study_done: bool) -> None:
+    def close(self, *, study_done: bool, hurry: bool = False) -> None:
         """Send what is queued, the study's end if it is done, and stop: waits while updates
-        go out, at most FLUSH_S without one getting through."""
+        go out, at most FLUSH_S without one getting through (`hurry`, on SIGTERM or Ctrl-C:
+        HURRY_S in all)."""
         if study_done:
             self._submit("study end", lambda t: t.end_study())
         for sender in self._senders:
-            sender.close(FLUSH_S)
+            if hurry:
+                sender.close(min(FLUSH_S, HURRY_S), max_s=HURRY_S)
+            else:
+                sender.close(FLUSH_S)
 
     def _submit(self, what: str, call: Callable[[Any], None]) -> None:
         for sender in self._senders:

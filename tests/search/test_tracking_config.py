@@ -10,8 +10,11 @@ from typing import Any
 
 import pytest
 
-from search.study.config import ConfigError, StudyConfig, parse_config
+from search.commands.cli import main
+from search.db.storage import open_storage
+from search.study.config import ConfigError, StudyConfig, load_config, parse_config
 from search.study.note import config_toml
+from search.study.studies import create_study
 from tests.conftest import REPO
 from tests.search.test_cli import count_studies, hpsearch, write_config
 from tests.search.test_config import GOOD
@@ -113,3 +116,24 @@ def test_without_the_tracker_package_the_extra_is_named(
     assert done.stderr.count("\n") == 1
     assert f"pip install 'hpsearch[{tracker}]'" in done.stderr
     assert count_studies(pg_url) == before
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "has no [tracking] mlflow settings: give them with --uri"),
+        (["--project", "p"], "--project: for --to wandb, not --to mlflow"),
+        (["--uri", f"http://u:{SECRET}@h:5000"], "http://u:***@h:5000 holds a password"),
+    ],
+)
+def test_export_without_settings_or_with_bad_flags_is_one_line(
+    flags: list[str], message: str, tmp_path: Path, pg_url: str, study_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    config = write_config(tmp_path, study_name, n_trials=2, task="tests.search.tiny_task:make_task")
+    create_study(open_storage(pg_url), load_config(config))
+    export = ["export", "--study", study_name, "--to", "mlflow", "--storage", pg_url]
+    assert main([*export, *flags]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and err.count("\n") == 1
+    assert SECRET not in err + out

@@ -23,6 +23,7 @@ from tests.search.tracking_helpers import (
     FAILING_TRIAL,
     FAILURE,
     MlflowServer,
+    forget_quick_fail,
     mlflow_server_fixture,
     run_study_with_a_preempted_trial,
     tracked_config,
@@ -34,6 +35,12 @@ STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 @pytest.fixture(scope="module")
 def mlflow_server() -> Iterator[MlflowServer]:
     yield from mlflow_server_fixture()
+
+
+@pytest.fixture(autouse=True)
+def _no_quick_fail_left() -> Iterator[None]:
+    yield
+    forget_quick_fail()
 
 
 def trial_runs(client: MlflowClient, experiment: str) -> dict[int, object]:
@@ -133,6 +140,7 @@ def test_a_tracker_stopped_mid_study_fails_no_trial_then_export_writes_the_rest(
                 storage, study, run_trial=server_stops_at_trial_2, grace_s=5, progress=False
             ).run()
     finally:
+        forget_quick_fail()
         mlflow_server.start()
     assert code == 0
     trials = optuna.load_study(study_name=study_name, storage=pg_url).trials

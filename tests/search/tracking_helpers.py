@@ -85,6 +85,16 @@ class MlflowServer:
         self.process = None
 
 
+def forget_quick_fail() -> None:
+    """Undo what an in-process worker set for the whole process (`QUICK_FAIL_ENV`): the test's
+    own MLflow client and `hpsearch export` use MLflow's patient defaults, as in their own
+    processes."""
+    from search.tracking.mlflow_tracker import QUICK_FAIL_ENV
+
+    for name in QUICK_FAIL_ENV:
+        os.environ.pop(name, None)
+
+
 def mlflow_server_fixture() -> Iterator[MlflowServer]:
     with fresh_database() as backend:
         root = Path(tempfile.mkdtemp(prefix="hpsearch-test-mlflow-"))
