@@ -179,3 +179,4 @@ def run_study_with_a_preempted_trial(storage: Storage, study: StudyRef) -> None:
         artifacts=artifacts,
     )
     assert second.run() == 0
+    forget_quick_fail()
