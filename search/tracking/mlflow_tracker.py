@@ -3,9 +3,10 @@
 Runs are found by tag, not remembered: the trial's run carries ``hpsearch.trial_key`` =
 ``<study uid>/<number>``, the study's parent run ``hpsearch.study_key`` = ``<study uid>``. So
 whichever worker trains a trial, on whichever machine, and `hpsearch export` later, write to
-the same run. Two writers that create the same run at once (workers starting together create
-the parent) both keep the earliest one and delete the other; a child's parent tag is set again
-when the trial ends.
+the same run. A trial's run is created only by the worker holding the trial (or by an
+export). The study's parent run may be created by several workers starting together: each
+waits a second after creating it, looks again, keeps the earliest and deletes its own if it is
+not that one.
 
 What appears: params (the trial's), the study's metric at every epoch (step = epoch), status
 FINISHED (complete), KILLED (pruned, with ``hpsearch.pruned_at_epoch``) or FAILED (with

@@ -117,6 +117,8 @@ class Sender:
                 "; ".join(reasons) or "not sent in time",
                 self.export_hint or "the trials' results are safe in the study",
             )
+        if self._thread.is_alive():
+            return unsent  # still inside a call: the tracker is not closed under it
         try:
             self.tracker.close()
         except Exception as exc:  # what was sent stays sent; nothing more to do
