@@ -78,7 +78,7 @@ CONFIG_CASES = [
     ("unknown-param-type", _replace('type = "int"', 'type = "integer"'), "space.width.type"),
     ("empty-choices", _replace("choices = [64, 128]", "choices = []"), "at least one value"),
     ("float-step-zero", _replace("log = true }\nwidth", "step = 0 }\nwidth"), "space.lr"),
-    ("unknown-pruner", _replace('type = "hyperband"', 'type = "asha"'), "pruner.type"),
+    ("unknown-pruner", _replace('type = "hyperband"', 'type = "bohb"'), "pruner.type"),
     (
         "rung-beyond-epochs",
         _replace("min_resource = 1", "min_resource = 9"),

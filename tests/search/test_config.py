@@ -89,7 +89,7 @@ def test_stored_form_round_trips_and_detects_differences() -> None:
         ("task", _DELETE, "[task] section is missing"),
         ("task.name", _DELETE, "task.name is missing"),
         ("task.epochs", 0, "task.epochs: must be >= 1, got 0"),
-        ("pruner.type", "asha", 'pruner.type: unknown value "asha"'),
+        ("pruner.type", "bohb", 'pruner.type: unknown value "bohb"'),
         ("pruner.reduction_factor", 1, "pruner.reduction_factor: must be >= 2, got 1"),
         ("pruner.min_resource", 10, "pruner.min_resource: 10 is more than task.epochs = 9"),
         ("pruner.n_warmup_steps", 2, "unknown key pruner.n_warmup_steps"),
