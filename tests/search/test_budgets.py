@@ -81,9 +81,7 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
     levels = Counter(level for _, level, _ in rungs)
     assert levels[1] == 24 and 0 < levels[3] < 24
     paused_then_resumed = [
-        t
-        for t in trials
-        if "hpsearch:paused_at" in t.system_attrs and t.state.name == "COMPLETE"
+        t for t in trials if "hpsearch:paused_at" in t.system_attrs and t.state.name == "COMPLETE"
     ]
     assert paused_then_resumed, "no trial was resumed after a pause"
     # Resumed trials continued where they paused: every epoch reported once, in order.
