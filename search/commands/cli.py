@@ -29,7 +29,7 @@ from search.errors import RuntimeFailure
 from search.estimate.estimate import run_estimate
 from search.monitor.dashboard import host_name, port_number
 from search.monitor.dashboard import serve as serve_dashboard
-from search.monitor.status import format_best, format_status, study_status
+from search.monitor.status import finished_of, format_best, format_status, study_status
 from search.monitor.workers import delete_study, format_workers, list_workers, workers_json
 from search.study.config import ConfigError, StudyConfig, load_config
 from search.study.setup import set_up_study
@@ -699,7 +699,6 @@ class _StudyProgress:
                 s = study_status(self.storage, open_study(self.storage, self.study_name))
             except Exception:  # a line not redrawn this second costs nothing
                 return
-            done = s["complete"] + s["pruned"] + s["failed"]
             best = (
                 ""
                 if s["best"] is None
@@ -708,7 +707,7 @@ class _StudyProgress:
                 )
             )
             self._text = (
-                f"{self.study_name}: {done}/{s['n_trials']} finished "
+                f"{self.study_name}: {finished_of(s)} "
                 f"({s['pruned']} pruned), {s['running']} running{best}"
             )
         sys.stderr.write(f"\r\033[K{self._text}")
