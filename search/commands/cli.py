@@ -276,9 +276,18 @@ def _add_compare_parser(sub: Any, storage_help: str, schema_help: str, artifacts
         "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
     )
     compare.add_argument(
-        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+        "--pruners",
+        help="comma-separated, e.g. none,hyperband,asha (default: the config's [pruner])",
     )
-    compare.add_argument("--budget", type=_positive_int, required=True, help="trials per study")
+    budget = compare.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--budget", type=_positive_int, help="trials per study")
+    budget.add_argument(
+        "--budget-epochs",
+        type=_positive_int,
+        metavar="N",
+        help="epochs per study, pruned trials' included: equal compute (with --budget, "
+        "strategies that prune get budget x task.epochs)",
+    )
     compare.add_argument(
         "--repeats", type=_positive_int, default=5, help="studies per strategy (default: 5)"
     )
