@@ -27,7 +27,14 @@ from search.db.statements import insert_for
 from search.db.storage import Storage
 from search.db.tables import study_budgets, trials
 
-__all__ = ["ensure_counter", "epochs_used", "first_start", "reserve_epoch", "return_epoch"]
+__all__ = [
+    "ensure_counter",
+    "epochs_used",
+    "first_start",
+    "reserve_epoch",
+    "reserve_epochs",
+    "return_epoch",
+]
 
 
 def ensure_counter(storage: Storage, study_id: int) -> None:
@@ -39,18 +46,35 @@ def ensure_counter(storage: Storage, study_id: int) -> None:
 
 def reserve_epoch(storage: Storage, study_id: int, budget: int) -> bool:
     """Reserve the next epoch of the study's budget; False when it is spent."""
+    return reserve_epochs(storage, study_id, budget, 1) == 1
+
+
+def reserve_epochs(storage: Storage, study_id: int, budget: int, wanted: int) -> int:
+    """Reserve `wanted` epochs if that many are left, else one; returns how many (0: the
+    budget is spent). A worker reserves the epochs up to its trial's next decision (a rung)
+    at once: one statement per rung, not per epoch; near the end of the budget, one by one."""
     with storage.autocommit() as conn:
-        row = conn.execute(_reserve_statement(), {"study": study_id, "budget": budget}).first()
-    return row is not None
+        if wanted > 1:
+            row = conn.execute(
+                _reserve_statement(), {"study": study_id, "budget": budget, "n": wanted}
+            ).first()
+            if row is not None:
+                return wanted
+        row = conn.execute(_reserve_statement(), {"study": study_id, "budget": budget, "n": 1})
+        return 1 if row.first() is not None else 0
 
 
-def return_epoch(storage: Storage, study_id: int) -> None:
-    """Give back a reserved epoch that was not trained."""
+def return_epoch(storage: Storage, study_id: int, epochs: int = 1) -> None:
+    """Give back reserved epochs that were not trained."""
     with storage.autocommit() as conn:
         conn.execute(
             sa.update(study_budgets)
-            .where(study_budgets.c.study_id == study_id, study_budgets.c.epochs_used > 0)
-            .values(epochs_used=study_budgets.c.epochs_used - 1)
+            .where(study_budgets.c.study_id == study_id)
+            .values(epochs_used=sa.func.max(study_budgets.c.epochs_used - epochs, 0))
+            if not storage.is_postgres
+            else sa.update(study_budgets)
+            .where(study_budgets.c.study_id == study_id)
+            .values(epochs_used=sa.func.greatest(study_budgets.c.epochs_used - epochs, 0))
         )
 
 
@@ -90,7 +114,11 @@ def _reserve_statement() -> Any:
     b = study_budgets
     return (
         sa.update(b)
-        .where(b.c.study_id == sa.bindparam("study"), b.c.epochs_used < sa.bindparam("budget"))
-        .values(epochs_used=b.c.epochs_used + 1)
+        .where(
+            b.c.study_id == sa.bindparam("study"),
+            b.c.epochs_used + sa.bindparam("n", type_=sa.Integer)
+            <= sa.bindparam("budget", type_=sa.Integer),
+        )
+        .values(epochs_used=b.c.epochs_used + sa.bindparam("n", type_=sa.Integer))
         .returning(b.c.epochs_used)
     )

@@ -164,6 +164,7 @@ def _claim_statement_postgresql(skip_paused: bool = False) -> sa.Select:
     waiting = (
         sa.select(sa.func.count() - 1)
         .where(t.c.study_id == sa.bindparam("study"), t.c.state == "WAITING")
+        .where(_not_paused(t.c.trial_id) if skip_paused else sa.true())
         .scalar_subquery()
     )
     trial_params_json = (

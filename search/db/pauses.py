@@ -15,6 +15,7 @@ what is left queued, paused trials included: PRUNED with their last reported val
 from __future__ import annotations
 
 import functools
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -35,10 +36,18 @@ from search.db.tables import (
     trial_user_attributes,
     trial_values,
     trials,
-    value_kind,
 )
 
-__all__ = ["RungRow", "claim_paused", "end_waiting", "pause", "record_rung", "rung_rows"]
+__all__ = [
+    "RungRow",
+    "claim_paused",
+    "end_waiting",
+    "next_promotable",
+    "pause",
+    "rank_at_rung",
+    "record_rung",
+    "rung_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,80 @@ def rung_rows(storage: Storage, study_id: int) -> list[RungRow]:
     return [
         RungRow(t, b, lvl, math.nan if v is None else float(v), bool(p)) for t, b, lvl, v, p in rows
     ]
+
+
+def next_promotable(
+    storage: Storage, study_id: int, *, maximize: bool, eta: int, draining: bool = False
+) -> RungRow | None:
+    """The paused trial a free worker resumes, by `search.pruning.promotion`'s rule evaluated
+    in the database (one query, one row back, whatever the study's size): of the paused trials
+    ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
+    at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
+    last. `tests/search/test_promotion.py` checks it picks what `RungTable.next_to_resume` picks.
+    """
+    with storage.autocommit() as conn:
+        row = conn.execute(
+            _promotable_statement(maximize, draining),
+            {"study": study_id, "eta": eta},
+        ).first()
+    if row is None:
+        return None
+    value = math.nan if row.value is None else float(row.value)
+    return RungRow(row.trial_id, row.bracket, row.level, value, True)
+
+
+def rank_at_rung(
+    storage: Storage, study_id: int, bracket: int, level: int, value: float, *, maximize: bool
+) -> tuple[int, int]:
+    """(trials recorded at the rung with a strictly better value, trials recorded there)."""
+    r = trial_rungs
+    if math.isnan(value):
+        better = r.c.value.is_not(None)
+    else:
+        better = r.c.value > value if maximize else r.c.value < value
+    with storage.autocommit() as conn:
+        row = conn.execute(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(sa.case((better, 1), else_=0)), 0),
+                sa.func.count(),
+            ).where(r.c.study_id == study_id, r.c.bracket == bracket, r.c.level == level)
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+@functools.cache
+def _promotable_statement(maximize: bool, draining: bool) -> sa.Select:
+    r = trial_rungs
+    best_first = r.c.value.desc() if maximize else r.c.value.asc()
+    ranked = (
+        sa.select(
+            r.c.trial_id,
+            r.c.bracket,
+            r.c.level,
+            r.c.value,
+            r.c.paused,
+            # rank() - 1: how many rows of the rung are strictly better (ties share a rank).
+            (
+                sa.func.rank().over(
+                    partition_by=(r.c.bracket, r.c.level), order_by=best_first.nulls_last()
+                )
+                - 1
+            ).label("better"),
+            sa.func.count().over(partition_by=(r.c.bracket, r.c.level)).label("n"),
+        )
+        .where(r.c.study_id == sa.bindparam("study"))
+        .subquery("ranked")
+    )
+    eta = sa.bindparam("eta", type_=sa.Integer)
+    # Integer division in both databases: floor(n / eta), or ceil while draining.
+    allowed = (ranked.c.n + eta - 1) // eta if draining else ranked.c.n // eta
+    order = ranked.c.value.desc() if maximize else ranked.c.value.asc()
+    return (
+        sa.select(ranked.c.trial_id, ranked.c.bracket, ranked.c.level, ranked.c.value)
+        .where(ranked.c.paused.is_(True), ranked.c.better < allowed)
+        .order_by(ranked.c.level.desc(), order.nulls_last(), ranked.c.trial_id)
+        .limit(1)
+    )
 
 
 def record_rung(storage: Storage, claim: Claim, bracket: int, level: int, value: float) -> None:
@@ -136,89 +219,82 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int]
     """End every trial of the study still WAITING when the study ends: one that started
     (paused, or handed back) ends PRUNED with its last reported value; one that was queued
     and never started is removed (sampled ahead, it was never part of the search). Returns
-    the numbers of both. A trial a worker claims meanwhile is left to that worker."""
+    the numbers of both. A few statements for the whole study, in one transaction; a trial a
+    worker claims meanwhile is left to that worker (the updates lock the rows they change)."""
     t, iv = trials, trial_intermediate_values
-    ended: list[int] = []
-    removed: list[int] = []
     with storage.transaction() as conn:
-        waiting = conn.execute(
-            sa.select(t.c.trial_id, t.c.number, t.c.datetime_start).where(
-                t.c.study_id == study_id, t.c.state == "WAITING"
+        dialect = conn.dialect.name
+        unstarted = conn.execute(
+            sa.update(t)
+            .where(
+                t.c.study_id == study_id,
+                t.c.state == "WAITING",
+                t.c.datetime_start.is_(None),
+                ~sa.exists().where(iv.c.trial_id == t.c.trial_id),
             )
+            .values(state="WAITING")  # locks them
+            .returning(t.c.trial_id, t.c.number)
         ).all()
-        done = utcnow_naive()
-        for trial_id, number, started in waiting:
-            if started is None and _remove_unstarted(conn, trial_id):
-                removed.append(number)
-                continue
-            changed = conn.execute(
-                sa.update(t)
-                .where(t.c.trial_id == trial_id, t.c.state == "WAITING")
-                .values(state="PRUNED", datetime_complete=done)
-            ).rowcount
-            if changed != 1:
-                continue
-            last = conn.execute(
-                sa.select(iv.c.intermediate_value, iv.c.intermediate_value_type)
-                .where(iv.c.trial_id == trial_id)
-                .order_by(iv.c.step.desc())
-                .limit(1)
-            ).first()
-            if last is not None and last.intermediate_value_type != "NAN":
-                value = (
-                    float(last.intermediate_value)
-                    if last.intermediate_value_type == "FINITE"
-                    else (math.inf if last.intermediate_value_type == "INF_POS" else -math.inf)
-                )
-                conn.execute(
-                    insert_for(conn.dialect.name, trial_values)
-                    .values(
-                        trial_id=trial_id,
-                        objective=0,
-                        value=value if value_kind(value) == "FINITE" else None,
-                        value_type=value_kind(value),
-                    )
-                    .on_conflict_do_nothing()
-                )
-            upsert_attributes(
-                conn, trial_system_attributes, trial_id, {"hpsearch:ended_by": reason}
+        for ids in _chunks([r.trial_id for r in unstarted]):
+            for table in (
+                trial_params,
+                trial_system_attributes,
+                trial_user_attributes,
+                trial_values,
+                trial_leases,
+            ):
+                conn.execute(sa.delete(table).where(table.c.trial_id.in_(ids)))
+            conn.execute(sa.delete(t).where(t.c.trial_id.in_(ids)))
+        ended = conn.execute(
+            sa.update(t)
+            .where(t.c.study_id == study_id, t.c.state == "WAITING")
+            .values(state="PRUNED", datetime_complete=utcnow_naive())
+            .returning(t.c.trial_id, t.c.number)
+        ).all()
+        for ids in _chunks([r.trial_id for r in ended]):
+            last = (
+                sa.select(iv.c.trial_id, sa.func.max(iv.c.step).label("step"))
+                .where(iv.c.trial_id.in_(ids))
+                .group_by(iv.c.trial_id)
+                .subquery()
             )
+            values = []
+            for trial_id, value, kind in conn.execute(
+                sa.select(
+                    iv.c.trial_id, iv.c.intermediate_value, iv.c.intermediate_value_type
+                ).join(last, sa.and_(iv.c.trial_id == last.c.trial_id, iv.c.step == last.c.step))
+            ):
+                if kind == "NAN":
+                    continue  # a finished trial's value cannot be NaN: it ends without one
+                values.append(
+                    {"trial_id": trial_id, "objective": 0, "value": value, "value_type": kind}
+                )
+            if values:
+                conn.execute(insert_for(dialect, trial_values).on_conflict_do_nothing(), values)
+            attrs = insert_for(dialect, trial_system_attributes)
             conn.execute(
-                sa.update(trial_rungs)
-                .where(trial_rungs.c.trial_id == trial_id, trial_rungs.c.paused.is_(True))
-                .values(paused=False)
+                attrs.on_conflict_do_update(
+                    index_elements=[
+                        trial_system_attributes.c.trial_id,
+                        trial_system_attributes.c.key,
+                    ],
+                    set_={"value_json": attrs.excluded.value_json},
+                ),
+                [
+                    {"trial_id": i, "key": "hpsearch:ended_by", "value_json": json.dumps(reason)}
+                    for i in ids
+                ],
             )
-            ended.append(number)
-    return ended, removed
-
-
-def _remove_unstarted(conn: Connection, trial_id: int) -> bool:
-    """Delete a queued trial that never started, with its params and attributes."""
-    iv = trial_intermediate_values
-    if conn.execute(sa.select(iv.c.step).where(iv.c.trial_id == trial_id).limit(1)).first():
-        return False
-    # Lock the row first (a claim skips it, or has taken it: then it stays).
-    locked = conn.execute(
-        sa.update(trials)
-        .where(
-            trials.c.trial_id == trial_id,
-            trials.c.state == "WAITING",
-            trials.c.datetime_start.is_(None),
+        conn.execute(
+            sa.update(trial_rungs)
+            .where(trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True))
+            .values(paused=False)
         )
-        .values(state="WAITING")
-    ).rowcount
-    if locked != 1:
-        return False
-    for table in (
-        trial_params,
-        trial_system_attributes,
-        trial_user_attributes,
-        trial_values,
-        trial_leases,
-    ):
-        conn.execute(sa.delete(table).where(table.c.trial_id == trial_id))
-    conn.execute(sa.delete(trials).where(trials.c.trial_id == trial_id))
-    return True
+    return [r.number for r in ended], [r.number for r in unstarted]
+
+
+def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
 
 
 def _upsert_rung(

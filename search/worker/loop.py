@@ -268,11 +268,7 @@ class Worker:
                 raise
 
         claim = self._with_epoch(lambda: self._retry(attempt, "claim a trial"))
-        if claim is not None and (
-            claim.waiting is None
-            or self._promoter is not None  # claim.waiting counts paused trials too
-            or claim.waiting < self._sample_below()
-        ):
+        if claim is not None and (claim.waiting is None or claim.waiting < self._sample_below()):
             self._maybe_sample_ahead()
         return claim
 
@@ -602,12 +598,25 @@ class Worker:
                     self._paused_at = (epoch, value)
                     self._say_stop("paused")
                     return True
-            if limits is not None and not self._retry(limits.reserve, "reserve an epoch"):
-                self._say_stop("budget")
-                return True
+            if limits is not None:
+                ahead = self._epochs_to_next_decision(claim, epoch)
+                if not self._retry(lambda: limits.reserve(ahead), "reserve an epoch"):
+                    self._say_stop("budget")
+                    return True
             return False
 
         return limited
+
+    def _epochs_to_next_decision(self, claim: Claim, epoch: int) -> int:
+        """Epochs from `epoch` to the next one where the trial may stop (a rung; the end):
+        reserved at once from the budget."""
+        epochs = self.config.task.epochs
+        if self._promoter is not None:
+            bracket = self._promoter.bracket(claim.number)
+            return self._promoter.rungs.next_level(bracket, epoch) - epoch
+        if self._rungs is None:  # the median pruner decides at every epoch
+            return 1
+        return min([s for s in self._rungs if s > epoch] or [epochs]) - epoch
 
     def _say_stop(self, reason: str) -> None:
         self._stop_reason = reason

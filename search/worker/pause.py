@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import datetime
 import logging
-import math
 
 from search.db import budget, pauses
 from search.db.leases import Claim
 from search.db.storage import Storage
-from search.pruning.promotion import Paused, Rungs, RungTable
+from search.pruning.promotion import Paused, Rungs, RungTable, promotable_count
 from search.study.studies import StudyRef
 
 __all__ = ["Promoter", "StudyLimits"]
@@ -42,36 +41,41 @@ class StudyLimits:
         self.budget_epochs = settings.budget_epochs
         self.budget_hours = settings.budget_hours
         self._start: datetime.datetime | None = None
-        self.holds_epoch = False
-        """This worker holds one reserved, not yet trained epoch."""
+        self.held = 0
+        """Epochs this worker reserved and has not trained yet."""
 
     def prepare(self) -> None:
         if self.budget_epochs is not None:
             budget.ensure_counter(self.storage, self.study.study_id)
 
-    def reserve(self) -> bool:
-        """Reserve the next epoch to train (and check the hours); False: the study's budget is
-        spent, train no more."""
-        if self.holds_epoch:
-            return True
+    @property
+    def holds_epoch(self) -> bool:
+        return self.held > 0
+
+    def reserve(self, wanted: int = 1) -> bool:
+        """Make sure the next epoch is reserved (and check the hours), reserving up to
+        `wanted` at once; False: the study's budget is spent, train no more."""
         if self.hours_spent():
             return False
-        if self.budget_epochs is not None and not budget.reserve_epoch(
-            self.storage, self.study.study_id, self.budget_epochs
-        ):
-            return False
-        self.holds_epoch = True
-        return True
+        if self.held > 0:
+            return True
+        if self.budget_epochs is None:
+            self.held = 1
+            return True
+        self.held = budget.reserve_epochs(
+            self.storage, self.study.study_id, self.budget_epochs, max(1, wanted)
+        )
+        return self.held > 0
 
     def trained(self) -> None:
-        """The reserved epoch was trained (reported)."""
-        self.holds_epoch = False
+        """One reserved epoch was trained (reported)."""
+        self.held = max(0, self.held - 1)
 
     def give_back(self) -> None:
-        """Return the reserved epoch, not trained."""
-        if self.holds_epoch and self.budget_epochs is not None:
-            budget.return_epoch(self.storage, self.study.study_id)
-        self.holds_epoch = False
+        """Return the reserved epochs not trained."""
+        if self.held > 0 and self.budget_epochs is not None:
+            budget.return_epoch(self.storage, self.study.study_id, self.held)
+        self.held = 0
 
     def hours_spent(self) -> bool:
         if self.budget_hours is None:
@@ -118,8 +122,10 @@ class Promoter:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes
         on); False: it pauses."""
         bracket = self.bracket(claim.number)
-        table, _ = self.read()
-        if not table.is_promotable(bracket, epoch, value, reduction_factor=self.eta, include=True):
+        better, recorded = pauses.rank_at_rung(
+            self.storage, self.study.study_id, bracket, epoch, value, maximize=self.maximize
+        )
+        if better >= promotable_count(recorded + 1, self.eta):  # counted with itself
             return False
         pauses.record_rung(self.storage, claim, bracket, epoch, value)
         return True
@@ -140,8 +146,7 @@ class Promoter:
     def resume_next(self, worker_id: str, *, draining: bool = False) -> Claim | None:
         """Claim the best promotable paused trial, or None if there is none."""
         for _ in range(CLAIM_RACES):
-            table, paused = self.read()
-            best = table.next_to_resume(paused, reduction_factor=self.eta, draining=draining)
+            best = self._best_paused(draining)
             if best is None:
                 return None
             claim = pauses.claim_paused(
@@ -149,30 +154,36 @@ class Promoter:
             )
             if claim is not None:
                 logger.info(
-                    "trial %d: promoted from rung %d (value %.4g, top 1/%d of %d%s)",
+                    "trial %d: promoted from rung %d (value %.4g, in the top 1/%d there%s)",
                     claim.number,
                     best.level,
                     best.value,
                     self.eta,
-                    table.recorded(best.bracket, best.level),
-                    ", draining" if draining else "",
+                    "; no new trial may start" if draining else "",
                 )
                 return claim
         return None
 
     def can_resume(self, *, draining: bool = False) -> bool:
         """Whether some paused trial is promotable now."""
-        table, paused = self.read()
-        return (
-            table.next_to_resume(paused, reduction_factor=self.eta, draining=draining) is not None
+        return self._best_paused(draining) is not None
+
+    def _best_paused(self, draining: bool) -> pauses.RungRow | None:
+        return pauses.next_promotable(
+            self.storage,
+            self.study.study_id,
+            maximize=self.maximize,
+            eta=self.eta,
+            draining=draining,
         )
 
     def read(self) -> tuple[RungTable, list[Paused]]:
+        """The whole rung table and the paused trials, for inspection (decisions are made in
+        the database by the same rule: `search.db.pauses.next_promotable`)."""
         table = RungTable(maximize=self.maximize)
         paused = []
         for row in pauses.rung_rows(self.storage, self.study.study_id):
-            value = row.value if not math.isnan(row.value) else math.nan
-            table.record(row.trial_id, row.bracket, row.level, value)
+            table.record(row.trial_id, row.bracket, row.level, row.value)
             if row.paused:
-                paused.append(Paused(row.trial_id, row.bracket, row.level, value))
+                paused.append(Paused(row.trial_id, row.bracket, row.level, row.value))
         return table, paused

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import signal
 from collections import Counter
 from typing import Any
 
 import optuna
 import pytest
+import sqlalchemy as sa
 
 from search.commands.cli import main as hpsearch
+from search.db import pauses
 from search.db.storage import open_storage
+from search.db.tables import trial_rungs
+from search.pruning.promotion import Paused, RungTable
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
@@ -209,3 +215,49 @@ def test_status_shows_paused_trials_and_the_budget_used_and_left(
     text = capsys.readouterr().out
     assert "paused 1" in text and "budget: 1/50 epochs (49 left)" in text
     assert f"study {study_name}: 0 finished" in text
+
+
+@pytest.mark.parametrize("maximize", [True, False])
+def test_the_database_promotes_what_the_rule_promotes(storage_url: str, maximize: bool) -> None:
+    """`search.db.pauses` ranks in SQL; it must pick what `search.pruning.promotion` picks."""
+    storage = open_storage(storage_url)
+    rng = random.Random(7 if maximize else 8)
+    study_id = rng.randrange(10**6, 10**7)  # rows of their own: no other study's
+    table = RungTable(maximize=maximize)
+    rows = []
+    for trial_id in range(study_id, study_id + 60):
+        bracket = rng.randrange(2)
+        for level in (1, 3, 9)[: rng.randrange(1, 4)]:
+            value = rng.choice([math.nan, round(rng.random(), 1)])  # ties and NaN too
+            rows.append((trial_id, level, bracket, value, rng.random() < 0.5))
+            table.record(trial_id, bracket, level, value)
+    with storage.transaction() as conn:
+        conn.execute(
+            sa.insert(trial_rungs),
+            [
+                {
+                    "trial_id": t,
+                    "level": lvl,
+                    "study_id": study_id,
+                    "bracket": b,
+                    "value": None if math.isnan(v) else v,
+                    "paused": p,
+                }
+                for t, lvl, b, v, p in rows
+            ],
+        )
+    paused = [Paused(t, b, lvl, v) for t, lvl, b, v, p in rows if p]
+    for eta in (2, 3, 4):
+        for draining in (False, True):
+            want = table.next_to_resume(paused, reduction_factor=eta, draining=draining)
+            got = pauses.next_promotable(
+                storage, study_id, maximize=maximize, eta=eta, draining=draining
+            )
+            assert (got and got.trial_id, got and got.level) == (
+                want and want.trial_id,
+                want and want.level,
+            ), (eta, draining)
+    for _trial, lvl, b, v, _paused in rows[:20]:
+        better, n = pauses.rank_at_rung(storage, study_id, b, lvl, v, maximize=maximize)
+        assert (better, n) == (table.rank(b, lvl, v), table.recorded(b, lvl))
+    storage.close()

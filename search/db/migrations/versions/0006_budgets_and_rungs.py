@@ -40,7 +40,9 @@ def upgrade() -> None:
         sa.Column("paused", sa.Boolean, nullable=False),
         schema=schema,
     )
-    op.create_index("ix_trial_rungs_study", "trial_rungs", ["study_id"], schema=schema)
+    op.create_index(
+        "ix_trial_rungs_study", "trial_rungs", ["study_id", "bracket", "level"], schema=schema
+    )
 
 
 def downgrade() -> None:
