@@ -261,3 +261,23 @@ def test_the_database_promotes_what_the_rule_promotes(storage_url: str, maximize
         better, n = pauses.rank_at_rung(storage, study_id, b, lvl, v, maximize=maximize)
         assert (better, n) == (table.rank(b, lvl, v), table.recorded(b, lvl))
     storage.close()
+
+
+def test_hyperband_with_promotion_runs_brackets_of_asha(storage_url: str, study_name: str) -> None:
+    storage = open_storage(storage_url, create=True)
+    hyperband = {"type": "hyperband", "min_resource": 1, "reduction_factor": 3, "promotion": True}
+    ref, _ = create_study(storage, make_config(study_name, hyperband, n_trials=30))
+    assert run_one_worker(storage_url, study_name) == 0
+    trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
+    assert len(trials) == 30 and {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    rows = query(
+        storage_url,
+        f"SELECT bracket, min(level) FROM {ours(storage_url, 'trial_rungs')} "
+        "WHERE study_id = :s GROUP BY bracket ORDER BY bracket",
+        s=ref.study_id,
+    )
+    # 9 epochs, eta 3: brackets 0, 1, 2 pause first at 1, 3, 9 epochs... and bracket 2's
+    # first rung would be 9 = task.epochs: its trials train fully, recording no rung.
+    assert [tuple(r) for r in rows] == [(0, 1), (1, 3)]
+    full = [t for t in trials if "hpsearch:paused_at" not in t.system_attrs]
+    assert any(len(t.intermediate_values) == 9 for t in full)
