@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from search.commands import slurm
 from search.db.migrate import check_schema, upgrade
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles, refused_write
 from search.db.storage import Storage, StorageError, open_storage, resolve_url, retry
@@ -258,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="timed optimizer steps per --measure row (default: 10)",
     )
     _add_compare_parser(sub, storage_help, schema_help, artifacts_help)
+    slurm.add_parser(sub, storage_help, schema_help)
     return parser
 
 
@@ -500,6 +502,7 @@ _COMMANDS = {
     "delete": cmd_delete,
     "dashboard": cmd_dashboard,
     "compare": cmd_compare,
+    "slurm": slurm.cmd_slurm,
 }
 
 
