@@ -184,6 +184,12 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     script = sbatch_script(job, python=args.python)
     if not args.submit:
         sys.stdout.write(script)
+        if args.storage and storage_file is None:
+            print(
+                "note: the job reads $HPSEARCH_STORAGE where sbatch runs (the script holds no "
+                "URL): export it there, or use --storage-file",
+                file=sys.stderr,
+            )
         return 0
     return _submit(script, url if storage_file is None else None, job)
 
