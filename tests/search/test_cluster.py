@@ -219,3 +219,36 @@ def test_a_worker_started_by_slurm_says_so_in_workers_and_in_its_trials(
     (trial,) = optuna.load_study(study_name=study, storage=pg_url).trials
     assert trial.user_attrs["launched_by"] == expected
     assert trial.user_attrs["worker_id"] == listed["worker_id"]
+
+
+def test_submit_hands_sbatch_the_script_and_the_url_only_in_its_environment(
+    pg_url: str, study: str, tmp_path: Path
+) -> None:
+    # The test server trusts 127.0.0.1, so a URL with a password still connects.
+    with_password = pg_url.replace("postgres@", "postgres:hunter2@")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" > {tmp_path}/argv\n'
+        f"cat > {tmp_path}/script\n"
+        f'printf %s "$HPSEARCH_STORAGE" > {tmp_path}/url\n'
+        "echo '4242;cluster'\n"
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    done = hpsearch(
+        *("slurm", "--study", study, "--tasks", "2", "--gpus-per-task", "1", "--submit"),
+        "--storage",
+        with_password,
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "submitted job array 4242" in done.stdout
+    assert "scancel --signal=TERM 4242" in done.stdout
+    assert (tmp_path / "argv").read_text().split() == ["--parsable"]  # nothing else on argv
+    script = (tmp_path / "script").read_text()
+    assert "#SBATCH --array=0-1" in script and "--gpus all" in script
+    assert (tmp_path / "url").read_text() == with_password  # the job's environment has it
+    for shown in (script, done.stdout, done.stderr):
+        assert "hunter2" not in shown
