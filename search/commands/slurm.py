@@ -21,6 +21,7 @@ from search.db.migrate import check_schema
 from search.db.storage import StorageError, open_storage, resolve_url
 from search.study.config import ConfigError
 from search.study.studies import open_study
+from search.worker.artifacts import existing_directory
 from search.worker.slurm_script import (
     MAX_GRACE_S,
     SlurmJob,
@@ -163,7 +164,7 @@ def cmd_slurm(args: argparse.Namespace) -> int:
     if args.schema:
         worker_args += ["--schema", args.schema]
     if args.artifacts:
-        worker_args += ["--artifacts", str(Path(args.artifacts).resolve())]
+        worker_args += ["--artifacts", str(Path(existing_directory(args.artifacts)).resolve())]
     if args.gpus_per_trial:
         worker_args += ["--gpus-per-trial", str(args.gpus_per_trial)]
     job = SlurmJob(

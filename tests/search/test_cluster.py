@@ -97,6 +97,7 @@ def test_a_cpu_only_array_and_the_url_from_a_private_file(
         (("--output", "/no/such/dir"), {}, "no such directory"),
         (("--gpus-per-task", "3", "--gpus-per-trial", "2"), {}, "does not divide"),
         (("--mem", "lots"), {}, "--mem"),
+        (("--artifacts", "/no/such/volume"), {}, "--artifacts /no/such/volume: no such directory"),
     ],
     ids=[
         "no-study",
@@ -107,6 +108,7 @@ def test_a_cpu_only_array_and_the_url_from_a_private_file(
         "output",
         "per-trial",
         "mem",
+        "artifacts",
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_nothing_submitted(
