@@ -2,12 +2,15 @@
 
 Each array task asks for its node's GPUs (``--gres=gpu:N``) and runs one ``hpsearch worker``
 with ``--gpus all`` (one worker process per GPU; on a CPU-only task, ``--device cpu``). The worker
-runs as a job *step* (``exec srun ...``), so that every way Slurm stops a task reaches it as
+runs as a job *step* (``srun ...``), so that every way Slurm stops a task reaches it as
 SIGTERM: ``--signal=TERM@GRACE`` before the time limit (sent to the job's steps, not to the
 batch shell), preemption and ``scancel`` (every process of the job), and
 ``scancel --signal=TERM`` (the steps). On SIGTERM the worker checkpoints its trial, hands it back
 and exits 0; another task (or the same one, requeued) resumes it. ``--requeue`` lets a preempted
-task go back to the queue; ``--open-mode=append`` keeps its log across restarts.
+task go back to the queue: Slurm requeues it only if it is still running when the preemption's
+grace time ends, so a task whose worker has already handed back requeues itself (``scontrol
+requeue``, when ``scontrol show job`` has a PreemptTime). ``--open-mode=append`` keeps its log
+across restarts.
 
 The database URL is never in the script nor on a command line (``squeue``, ``ps`` and
 ``scontrol show job`` show those): the job takes ``$HPSEARCH_STORAGE`` from the environment
@@ -188,7 +191,18 @@ def sbatch_script(job: SlurmJob, *, python: str) -> str:
         step.append(f"--cpus-per-task={job.cpus_per_task}")
     lines += [
         "# The worker is the job step's task, so Slurm's SIGTERM (time limit, preemption,",
-        "# scancel) reaches it: it checkpoints its trial, hands it back and exits 0.",
-        "exec " + shlex.join(step + worker),
+        "# scancel) reaches it: it checkpoints its trial, hands it back and exits 0. This shell",
+        "# gets SIGTERM too when the whole job is stopped: it waits for the worker meanwhile.",
+        "trap 'echo \"hpsearch: SIGTERM: waiting for the worker to hand its trial back\" >&2' TERM",
+        "status=0",
+        shlex.join(step + worker) + " || status=$?",
+        "# Slurm requeues a preempted task only if it still runs when the grace time ends; a",
+        "# worker that handed its trial back and exited earlier is requeued here instead.",
+        'info="$(scontrol show job "$SLURM_JOB_ID" 2>/dev/null || true)"',
+        'if [ "$status" -eq 0 ] && [[ "$info" =~ PreemptTime=[0-9] ]]; then',
+        '    echo "hpsearch: preempted: requeueing job $SLURM_JOB_ID" >&2',
+        '    scontrol requeue "$SLURM_JOB_ID" || true',
+        "fi",
+        'exit "$status"',
     ]
     return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 them go (``task.name = "tests.search.held_task:make_task"``).
 
 While the file named by ``$HELD_TASK_FILE`` exists, each training sample takes
-`HELD_S_PER_SAMPLE` to read (an epoch of 64 samples: about a second, in 4 steps of 16, so a
+`HELD_S_PER_SAMPLE` to read (an epoch of 64 samples: about 2.6 s, in 4 steps of 16, so a
 SIGTERM is answered within a step); once it is gone, an epoch takes milliseconds. Tests use it
 where the moment a signal arrives is not theirs to choose (Slurm's time limit is checked every
 30 s) and the trial must still be running then.
@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from tests.search import tiny_task
 from trainer import Task
 
-HELD_S_PER_SAMPLE = 0.015
+HELD_S_PER_SAMPLE = 0.04
 
 
 class _HeldSamples(Dataset):

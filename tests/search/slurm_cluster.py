@@ -1,7 +1,8 @@
 """A real one-node Slurm cluster for a test: munge, slurmctld and slurmd from Debian's slurm-wlm,
-in a temporary directory, on free ports, as root (the packages: apt-get install -y slurm-wlm
-munge). `slurm_cluster` yields the environment a Slurm client needs (``SLURM_CONF``) and stops
-everything it started, the jobs' processes included, also when the test fails."""
+in a temporary directory, on free ports, as root, with a second partition whose jobs preempt
+(requeue) the default one's (the packages: apt-get install -y slurm-wlm munge). `slurm_cluster`
+yields the environment a Slurm client needs (``SLURM_CONF``) and stops everything it started,
+the jobs' processes included, also when the test fails."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import pytest
 
 DAEMONS = ("mungekey", "munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 PARTITION = "main"
+URGENT = "urgent"
+"""A partition whose jobs preempt (requeue) the main partition's, after its GraceTime."""
 
 
 def _binary(name: str) -> str:
@@ -42,6 +45,9 @@ def _free_port() -> int:
 def _slurm_conf(root: Path, host: str) -> str:
     memory_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20 * 9 // 10
     cpus = os.cpu_count()
+    # A requeued job waits cred_expire seconds (default 120) before it may start again.
+    main = "MaxTime=INFINITE State=UP OverSubscribe=FORCE PriorityTier=1 GraceTime=30"
+    urgent = "MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=10 PreemptMode=OFF"
     return f"""\
 ClusterName=hpsearchtest
 SlurmctldHost={host}(127.0.0.1)
@@ -50,7 +56,7 @@ SlurmdUser=root
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={root}/munge.socket
+AuthInfo=socket={root}/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
@@ -63,6 +69,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=1
 MpiDefault=none
 ReturnToService=2
 AccountingStorageType=accounting_storage/none
@@ -71,7 +78,10 @@ JobCompType=jobcomp/none
 KillWait=10
 MinJobAge=600
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName={PARTITION} Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName={PARTITION} Nodes={host} Default=YES {main}
+PartitionName={URGENT} Nodes={host} {urgent}
 """
 
 
@@ -126,9 +136,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
         _wait(node_idle, 30, "the node to be idle", root)
         yield env
     finally:
-        subprocess.run(
-            [binaries["scancel"], "--partition", PARTITION], env=env, capture_output=True
-        )
+        subprocess.run([binaries["scancel"], "--user", "root"], env=env, capture_output=True)
         _kill_job_processes(conf, spare={d.pid for d in daemons})
         for daemon in reversed(daemons):
             daemon.terminate()

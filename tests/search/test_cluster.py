@@ -57,10 +57,11 @@ def test_the_script_asks_slurm_for_gpus_sigterm_before_the_limit_and_requeue(
         "--account=ml",
     ):
         assert expected in options, (expected, options)
-    last = script.strip().splitlines()[-1]
+    (step,) = [line for line in script.splitlines() if line.startswith("srun ")]
     # The worker is the job step (srun), so --signal and scancel --signal reach it.
-    assert last.startswith("exec srun --ntasks=1 --cpus-per-task=32 ")
-    assert last.endswith(f"-m search worker --study {study} --gpus all")
+    assert step.startswith("srun --ntasks=1 --cpus-per-task=32 ")
+    assert step.endswith(f"-m search worker --study {study} --gpus all || status=$?")
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in script  # a preempted task that handed back
     assert "module load cuda/12" in script
     # The URL is nowhere in the script: the job takes it from sbatch's environment.
     assert "postgresql" not in script and "127.0.0.1" not in script
@@ -81,7 +82,7 @@ def test_a_cpu_only_array_and_the_url_from_a_private_file(
     done = hpsearch(*args, "--storage-file", str(secret), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "--gres" not in done.stdout
-    assert done.stdout.strip().endswith(f"--study {study} --device cpu")
+    assert f"--study {study} --device cpu || status=$?" in done.stdout
     assert f'HPSEARCH_STORAGE="$(cat -- {secret})"' in done.stdout
     assert "postgresql" not in done.stdout
 

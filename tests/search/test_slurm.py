@@ -1,11 +1,13 @@
 """`hpsearch slurm --submit` on a real one-node Slurm (tests/search/slurm_cluster.py), CPU-only,
 on PostgreSQL: a 3-task job array finishes exactly n_trials; `scancel --signal=TERM` on one
-task, and the time limit of another, make their workers checkpoint and hand their trials back;
-the third task resumes both from their checkpoints.
+task, the time limit of another and the preemption of the third make their workers checkpoint
+and hand their trials back; the preempted task is requeued and resumes all three.
 
 The trials train `held_task`, slow while a file exists: Slurm checks time limits every 30 s,
-so the time-limited trial must still be running whenever that check comes; once both hand-backs
-are seen the file goes and the rest trains in moments.
+so the time-limited trial must still be running whenever that check comes; once the hand-backs
+are seen the file goes and the rest trains in moments. Then the third task is preempted by a
+job of a higher partition: it hands its trial back too, requeues itself, and once it runs again
+its new worker finishes all three trials, each from its checkpoint.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from tests.search.processes import query, wait_for
 from tests.search.slurm_cluster import slurm_cluster
 from tests.search.test_cli import hpsearch
 
-EPOCHS = 80
-"""Epochs per trial: held, about 80 s; no trial may finish before both hand-backs."""
+EPOCHS = 30
+"""Epochs per trial: held, about 80 s (2.6 s an epoch); none may finish before the hand-backs."""
 
 CONFIG = """
 [study]
@@ -107,9 +109,10 @@ def test_a_job_array_finishes_the_study_and_resumes_what_slurm_stopped(
 
         try:
             running = wait_for(all_mid_trial, 90, "three tasks mid-trial")
+            mid_trial_s = time.monotonic() - started
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{task_logs()}") from None
-        stopped_trial, limited_trial, _ = (running[t][0] for t in ("1", "2", "0"))
+        stopped_trial, limited_trial, preempted_trial = (running[t][0] for t in "120")
 
         # Task 1: a polite stop, as a user (or a preemption script) sends it.
         subprocess.run(["scancel", "--signal=TERM", f"{job}_1"], env=env, check=True)
@@ -133,20 +136,47 @@ def test_a_job_array_finishes_the_study_and_resumes_what_slurm_stopped(
             states,
             task_logs(),
         )
+        # Task 0: preempted by a job of the urgent partition that needs the whole node. Its
+        # worker hands back at once; the task requeues itself and runs again after that job.
+        subprocess.run(
+            ["sbatch", "-p", "urgent", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1"],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+
+        def restarted_worker() -> bool:
+            return bool(
+                query(
+                    pg_url,
+                    "SELECT 1 FROM hpsearch.workers w JOIN studies s USING (study_id) "
+                    'WHERE s.study_name = :n AND w.launched_by LIKE \'%"restart_count": "1"%\'',
+                    n=study_name,
+                )
+            )
+
+        preempted_at = time.monotonic()
+        wait_for(restarted_worker, 60, "task 0 requeued after preemption, and its new worker")
+        back_after_s = time.monotonic() - preempted_at
         hold.unlink()  # the rest trains in moments
         wait_for(lambda: not in_queue(env, job), 90, "task 0 to finish the study")
         logs_by_task = {
             t: (logs / f"hpsearch-{study_name}-{job}_{t}.out").read_text() for t in "012"
         }
-        scontrol = subprocess.run(
-            ["scontrol", "show", "job", f"{job}_2"], env=env, capture_output=True, text=True
-        ).stdout
+        scontrol = {
+            t: subprocess.run(
+                ["scontrol", "show", "job", f"{job}_{t}"], env=env, capture_output=True, text=True
+            ).stdout
+            for t in "02"
+        }
     elapsed = time.monotonic() - started
 
-    for t in "12":
+    for t in "012":
         assert "checkpointed and handed back for another worker" in logs_by_task[t], logs_by_task[t]
         assert re.search(r"worker \S+ leaves \(SIGTERM\)", logs_by_task[t]), logs_by_task[t]
-    assert "TimeLimit=00:01:00" in scontrol and "JobState=COMPLETED" in scontrol, scontrol
+    assert "preempted: requeueing" in logs_by_task["0"], logs_by_task["0"]
+    assert "TimeLimit=00:01:00" in scontrol["2"] and "JobState=COMPLETED" in scontrol["2"]
+    assert "Restarts=1" in scontrol["0"] and "JobState=COMPLETED" in scontrol["0"]
 
     study = optuna.load_study(study_name=study_name, storage=pg_url)
     assert sorted(t.number for t in study.trials) == [0, 1, 2]  # exactly n_trials
@@ -162,22 +192,37 @@ def test_a_job_array_finishes_the_study_and_resumes_what_slurm_stopped(
         env={"HPSEARCH_STORAGE": pg_url},
     )
     assert fleet.returncode == 0, fleet.stderr
-    workers = {w["launched_by"]["array_task_id"]: w for w in json.loads(fleet.stdout)["workers"]}
-    assert set(workers) == {"0", "1", "2"}
+    workers = {
+        (w["launched_by"]["array_task_id"], w["launched_by"].get("restart_count", "0")): w
+        for w in json.loads(fleet.stdout)["workers"]
+    }
+    assert sorted(workers) == [("0", "0"), ("0", "1"), ("1", "0"), ("2", "0")]
     assert {w["launched_by"]["array_job_id"] for w in workers.values()} == {job}
-    assert [workers[t]["stop_reason"] for t in "012"] == ["done", "SIGTERM", "SIGTERM"]
+    assert {k: w["stop_reason"] for k, w in workers.items()} == {
+        ("0", "0"): "SIGTERM",  # preempted
+        ("1", "0"): "SIGTERM",  # scancel --signal=TERM
+        ("2", "0"): "SIGTERM",  # the time limit's --signal
+        ("0", "1"): "done",  # the requeued task 0 finished the study
+    }
 
+    finisher = workers[("0", "1")]
     by_number = {t.number: t for t in study.trials}
-    for number, task in ((stopped_trial, "1"), (limited_trial, "2")):
+    for number, stopped in (
+        (stopped_trial, ("1", "0")),
+        (limited_trial, ("2", "0")),
+        (preempted_trial, ("0", "0")),
+    ):
         trial = by_number[number]
         resumed = trial.user_attrs["resumed_from"]
-        # Continued from the stopped task's checkpoint, not from scratch, by task 0.
-        assert resumed["worker_id"] == workers[task]["worker_id"], (resumed, workers)
+        # Continued from the stopped worker's checkpoint, not from scratch.
+        assert resumed["worker_id"] == workers[stopped]["worker_id"], (resumed, workers)
         assert resumed["epoch"] >= 2, resumed
-        assert trial.user_attrs["launched_by"]["array_task_id"] == "0"
-        assert trial.user_attrs["worker_id"] == workers["0"]["worker_id"]
+        assert trial.user_attrs["worker_id"] == finisher["worker_id"]
+        assert trial.user_attrs["launched_by"] == finisher["launched_by"]
         assert trial.user_attrs["epochs_trained"] == EPOCHS
         assert sorted(trial.intermediate_values) == list(range(1, EPOCHS + 1))
-    untouched = by_number[({0, 1, 2} - {stopped_trial, limited_trial}).pop()]
-    assert "resumed_from" not in untouched.user_attrs
-    print(f"Slurm test: {elapsed:.1f} s; time-limit SIGTERM {signal_after_s:.1f} s after update")
+    print(
+        f"Slurm test: {elapsed:.1f} s; time-limit SIGTERM {signal_after_s:.1f} s after the "
+        f"update; all mid-trial after {mid_trial_s:.1f} s; preempted task back with a new "
+        f"worker after {back_after_s:.1f} s"
+    )
