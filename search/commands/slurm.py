@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from search.commands.common import SCHEMA_HELP, STORAGE_HELP
 from search.db.migrate import check_schema
 from search.db.storage import StorageError, open_storage, resolve_url
 from search.study.config import ConfigError
@@ -38,7 +39,7 @@ DEFAULT_GRACE_S = 300
 or a shared directory, takes a minute or two; Slurm may send it up to 60 s earlier still."""
 
 
-def add_parser(sub: Any, storage_help: str, schema_help: str) -> None:
+def add_parser(sub: Any) -> None:
     """The `slurm` subcommand; its action is `cmd_slurm`."""
     slurm = sub.add_parser(
         "slurm",
@@ -83,7 +84,7 @@ def add_parser(sub: Any, storage_help: str, schema_help: str) -> None:
         help="an existing directory for the tasks' logs, hpsearch-<study>-<job>_<task>.out "
         "(default: here)",
     )
-    slurm.add_argument("--storage", help=storage_help + "; checked here, never written out")
+    slurm.add_argument("--storage", help=STORAGE_HELP + "; checked here, never written out")
     slurm.add_argument(
         "--storage-file",
         metavar="PATH",
@@ -91,7 +92,7 @@ def add_parser(sub: Any, storage_help: str, schema_help: str) -> None:
         "filesystem the nodes see: the job reads it there (default: the job takes "
         "$HPSEARCH_STORAGE from the environment sbatch runs in)",
     )
-    slurm.add_argument("--schema", help=schema_help)
+    slurm.add_argument("--schema", help=SCHEMA_HELP)
     slurm.add_argument(
         "--artifacts",
         metavar="DIR",
@@ -121,6 +122,7 @@ def add_parser(sub: Any, storage_help: str, schema_help: str) -> None:
         help="the Python the nodes run `-m search worker` with (default: this one)",
     )
     slurm.add_argument("--submit", action="store_true", help="submit it with sbatch")
+    slurm.set_defaults(handler=cmd_slurm)
 
 
 def cmd_slurm(args: argparse.Namespace) -> int:

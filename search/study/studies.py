@@ -19,7 +19,6 @@ import sqlalchemy as sa
 
 from search.db.storage import Storage, StorageError
 from search.db.tables import studies, study_system_attributes
-from search.pruning.pruners import make_pruner
 from search.study.config import ConfigError, StudyConfig
 
 __all__ = [
@@ -28,7 +27,6 @@ __all__ = [
     "StudyRef",
     "create_study",
     "find_study",
-    "load_optuna_study",
     "open_study",
 ]
 
@@ -128,18 +126,6 @@ def open_study(storage: Storage, name: str) -> StudyRef:
             "create it first with `hpsearch create CONFIG`"
         )
     return study
-
-
-def load_optuna_study(
-    storage: Storage, study: StudyRef, sampler: optuna.samplers.BaseSampler | None = None
-) -> optuna.Study:
-    """The Optuna study object (for sampling and pruning), on this process's cached storage."""
-    return optuna.load_study(
-        study_name=study.name,
-        storage=storage.optuna_storage(),
-        sampler=sampler or optuna.samplers.RandomSampler(),
-        pruner=make_pruner(study.config),
-    )
 
 
 @functools.cache
