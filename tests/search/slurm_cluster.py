@@ -56,7 +56,7 @@ SlurmdUser=root
 SlurmctldPort={_free_port()}
 SlurmdPort={_free_port()}
 AuthType=auth/munge
-AuthInfo=socket={root}/munge.socket,cred_expire=10
+AuthInfo=socket={root}/munge.socket,cred_expire=5
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
