@@ -1,8 +1,8 @@
 """A real one-node Slurm cluster for a test: munge, slurmctld and slurmd from Debian's slurm-wlm,
-in a temporary directory, on free ports, as root, with a second partition whose jobs preempt
-(requeue) the default one's (the packages: apt-get install -y slurm-wlm munge). `slurm_cluster`
-yields the environment a Slurm client needs (``SLURM_CONF``) and stops everything it started,
-the jobs' processes included, also when the test fails."""
+in a temporary directory, on free ports, as root, with two make-believe GPUs (gres) and a second
+partition whose jobs preempt (requeue) the default one's (the packages: apt-get install -y
+slurm-wlm munge). `slurm_cluster` yields the environment a Slurm client needs (``SLURM_CONF``)
+and stops everything it started, the jobs' processes included, also when the test fails."""
 
 from __future__ import annotations
 
@@ -77,7 +77,8 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 KillWait=10
 MinJobAge=600
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
+GresTypes=gpu
+NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} Gres=gpu:2 State=UNKNOWN
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 PartitionName={PARTITION} Nodes={host} Default=YES {main}
@@ -99,6 +100,12 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     host = socket.gethostname().split(".")[0]
     conf = root / "slurm.conf"
     conf.write_text(_slurm_conf(root, host))
+    # Two make-believe GPUs (Slurm wants a character device per GPU): jobs can ask for
+    # --gres=gpu:N and get CUDA_VISIBLE_DEVICES; nothing can compute on them.
+    (root / "gres.conf").write_text(
+        f"AutoDetect=off\nNodeName={host} Name=gpu File=/dev/null\n"
+        f"NodeName={host} Name=gpu File=/dev/zero\n"
+    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
     daemons: list[subprocess.Popen[bytes]] = []
 

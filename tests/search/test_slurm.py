@@ -227,3 +227,35 @@ def test_a_job_array_finishes_the_study_and_resumes_what_slurm_stopped(
         f"update; all mid-trial after {mid_trial_s:.1f} s; preempted task back with a new "
         f"worker after {back_after_s:.1f} s"
     )
+
+
+def test_a_gpu_array_task_gets_its_gpus_and_runs_the_worker_on_all_of_them(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    """The GPU path of the script through a real sbatch and srun: --gres=gpu:2 is granted (the
+    cluster's two GPUs are make-believe), and the worker started with --gpus all finds that
+    torch sees no GPU: one line, exit 2, which Slurm records as the task's exit code."""
+    config = tmp_path / "study.toml"
+    config.write_text(CONFIG.format(name=study_name, epochs=2))
+    create_study(open_storage(pg_url), load_config(config))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with slurm_cluster() as env:
+        submit = hpsearch(
+            *("slurm", "--study", study_name, "--tasks", "1", "--gpus-per-task", "2"),
+            *("--time", "5", "--grace", "60", "--output", str(logs), "--submit"),
+            *("--setup", 'echo "visible: $CUDA_VISIBLE_DEVICES"'),
+            cwd=tmp_path,
+            env={**env, "HPSEARCH_STORAGE": pg_url, "CUDA_VISIBLE_DEVICES": ""},
+        )
+        assert submit.returncode == 0, submit.stderr
+        job = re.search(r"submitted job array (\d+)", submit.stdout)[1]
+        wait_for(lambda: not in_queue(env, job), 60, "the GPU task to end")
+        log = (logs / f"hpsearch-{study_name}-{job}_0.out").read_text()
+        scontrol = subprocess.run(
+            ["scontrol", "show", "job", f"{job}_0"], env=env, capture_output=True, text=True
+        ).stdout
+    assert "visible: 0,1" in log, log  # Slurm granted both GPUs to the task
+    assert "--gpus all: no GPU is visible" in log, log
+    assert "ExitCode=2:0" in scontrol, scontrol
+    assert "Traceback" not in log
