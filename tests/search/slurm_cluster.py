@@ -148,8 +148,8 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
         for daemon in reversed(daemons):
             daemon.terminate()
             try:
-                daemon.wait(10)
-            except subprocess.TimeoutExpired:
+                daemon.wait(2)
+            except subprocess.TimeoutExpired:  # slurmctld can take 10 s: its state is thrown away
                 daemon.kill()
                 daemon.wait(5)
         shutil.rmtree(root, ignore_errors=True)
