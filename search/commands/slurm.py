@@ -32,9 +32,9 @@ from search.worker.slurm_script import (
     sbatch_script,
 )
 
-__all__ = ["DEFAULT_GRACE_S", "add_parser", "cmd_slurm"]
+__all__ = ["DEFAULT_SLURM_GRACE_S", "add_parser", "cmd_slurm"]
 
-DEFAULT_GRACE_S = 300
+DEFAULT_SLURM_GRACE_S = 300
 """SIGTERM 5 minutes before the time limit: a large model's checkpoint, written to the database
 or a shared directory, takes a minute or two; Slurm may send it up to 60 s earlier still."""
 
@@ -72,10 +72,10 @@ def add_parser(sub: Any) -> None:
     slurm.add_argument(
         "--grace",
         type=_grace,
-        default=DEFAULT_GRACE_S,
+        default=DEFAULT_SLURM_GRACE_S,
         metavar="S",
         help="seconds before the time limit at which Slurm sends SIGTERM, for the worker to "
-        f"checkpoint and hand its trial back (default: {DEFAULT_GRACE_S})",
+        f"checkpoint and hand its trial back (default: {DEFAULT_SLURM_GRACE_S})",
     )
     slurm.add_argument(
         "--output",
