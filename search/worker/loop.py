@@ -50,6 +50,7 @@ from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.pause import Promoter, StudyLimits
+from search.worker.provenance import launched_by
 from search.worker.report_writer import ReportWriter
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
@@ -153,6 +154,7 @@ class Worker:
             pid=os.getpid(),
             device=self.device,
             grace_s=self.grace_s,
+            launched_by=launched_by(),
         )
         self._retry(lambda: liveness.register(self.storage, me), "register worker")
         logger.info(
