@@ -24,6 +24,7 @@ from search.commands import (
     export,
     migrate,
     run,
+    slurm,
     status,
     try_,
     worker,
@@ -36,7 +37,18 @@ from search.study.config import ConfigError
 
 __all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "main"]
 
-COMMAND_MODULES = (run, worker, try_, status, dashboard, migrate, estimate, compare, export)
+COMMAND_MODULES = (
+    run,
+    worker,
+    try_,
+    status,
+    dashboard,
+    migrate,
+    estimate,
+    compare,
+    slurm,
+    export,
+)
 """The command modules, in the order `hpsearch --help` lists their commands."""
 
 

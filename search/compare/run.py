@@ -53,7 +53,7 @@ def run_studies(
         for i, (run, ref) in enumerate(zip(runs, refs, strict=True), start=1):
             where = f"[{i}/{len(runs)}] {run.strategy.label} repeat {run.repeat}/{repeats}"
             status = study_status(storage, ref)
-            if _finished(status) >= status["n_trials"]:
+            if _study_done(status):
                 print(f"{where}: {_describe(status)} (already done)", file=sys.stderr)
                 continue
             progress = _Progress(storage, ref, where)
@@ -64,7 +64,7 @@ def run_studies(
                 progress.stop()
             if code != 0:
                 return code
-            if _finished(study_status(storage, ref)) < ref.config.study.n_trials:
+            if not _study_done(study_status(storage, ref)):
                 # The workers stopped without finishing (SIGTERM: they handed their trials
                 # back); so does the comparison, instead of starting the next study.
                 return 130
@@ -78,13 +78,26 @@ def _finished(status: dict[str, Any]) -> int:
     return status["complete"] + status["pruned"] + status["failed"]
 
 
+def _study_done(status: dict[str, Any]) -> bool:
+    """Nothing runs, waits or sits paused, and the trial cap or the epoch budget is reached."""
+    if status["running"] or status["waiting"] or status["paused"]:
+        return False
+    if status["n_trials"] and _finished(status) >= status["n_trials"]:
+        return True
+    epochs = (status.get("budget") or {}).get("epochs")
+    return epochs is not None and epochs["left"] == 0
+
+
 def _describe(status: dict[str, Any]) -> str:
     best = status["best"]
     shown = "none yet" if best is None else f"{best['value']:.4g} (trial {best['number']})"
     pruned = f", {status['pruned']} pruned" if status["pruned"] else ""
     failed = f", {status['failed']} failed" if status["failed"] else ""
+    epochs = (status.get("budget") or {}).get("epochs")
+    spent = "" if epochs is None else f", {epochs['used']}/{epochs['budget']} epochs"
+    of = f"/{status['n_trials']}" if status["n_trials"] else ""
     return (
-        f"{_finished(status)}/{status['n_trials']} trials done{pruned}{failed}, "
+        f"{_finished(status)}{of} trials done{pruned}{failed}{spent}, "
         f"best {status['metric']} {shown}"
     )
 

@@ -6,7 +6,7 @@ import sys
 import time
 
 from search.db.storage import open_storage
-from search.monitor.status import study_status
+from search.monitor.status import finished_of, study_status
 from search.study.studies import open_study
 
 __all__ = ["StudyProgress"]
@@ -27,7 +27,6 @@ class StudyProgress:
                 s = study_status(self.storage, open_study(self.storage, self.study_name))
             except Exception:  # a line not redrawn this second costs nothing
                 return
-            done = s["complete"] + s["pruned"] + s["failed"]
             best = (
                 ""
                 if s["best"] is None
@@ -36,7 +35,7 @@ class StudyProgress:
                 )
             )
             self._text = (
-                f"{self.study_name}: {done}/{s['n_trials']} finished "
+                f"{self.study_name}: {finished_of(s)} "
                 f"({s['pruned']} pruned), {s['running']} running{best}"
             )
         sys.stderr.write(f"\r\033[K{self._text}")

@@ -74,8 +74,11 @@ def export_study(storage: Storage, study: StudyRef, tracker: Tracker) -> ExportC
             )
         )
         counts.finished += 1
-    done = counts.running == counts.not_started == 0
-    if done and len(trials) >= study.config.study.n_trials:
+    # Nothing running, paused or queued, and every trial made (or a budget, which ends a study
+    # by removing what is queued): the study is over.
+    settings = study.config.study
+    idle = counts.running == counts.not_started == 0
+    if idle and (len(trials) >= settings.max_trials or settings.has_budget):
         tracker.end_study()
     tracker.close()
     return counts

@@ -9,6 +9,7 @@ data-parallel group, and the local launcher of worker processes.
 - `artifacts`: checkpoints every worker can reach;
 - `preflight`: the checks before a worker registers; `provenance`: what made a trial;
 - `launcher`: one worker here, or one child process per device (GPUs, threads, restarts);
+- `slurm_script`: the sbatch script of a job array of workers (`hpsearch slurm`);
 - `trial_by_hand`: `hpsearch try`, one configuration without a study.
 """
 

@@ -90,14 +90,15 @@ class TrialTracking:
 
         return tracked
 
-    def trial_ended(self, run: TrialRun, outcome: TrialOutcome) -> None:
-        """The trial's end as recorded, or its hand-back (preempted, paused, attempt failed)."""
+    def trial_ended(self, run: TrialRun, outcome: TrialOutcome, *, paused: bool = False) -> None:
+        """The trial's end as recorded, or its hand-back (preempted, paused at a rung of
+        promotion-based ASHA, attempt failed): its run stays open for whoever resumes it."""
         if not self._senders:
             return
         last = self._last_epoch.pop(run.number, 0)
         self._recorded.pop(run.number, None)
-        if outcome.status not in ("completed", "pruned", "diverged", "failed"):
-            why = outcome.status.replace("_", " ")
+        if paused or outcome.status not in ("completed", "pruned", "diverged", "failed"):
+            why = "paused" if paused else outcome.status.replace("_", " ")
             self._submit(f"trial {run.number} hand-back", lambda t: t.hand_back(run.number, why))
             return
         end = trial_end(outcome, run.reported)
