@@ -125,8 +125,12 @@ class MlflowTracker(Tracker):
             raise LookupError(f"trial {ended.number} has no run (its start was not recorded)")
         run = self.client.get_run(run_id)
         tags = {**ended.tags, "hpsearch.state": ended.state}
-        if ended.pruned_at is not None:
-            tags["hpsearch.pruned_at_epoch"] = str(ended.pruned_at)
+        pruned_at = ended.pruned_at
+        if ended.state == "pruned" and pruned_at is None:  # ended by the study's end
+            steps = [m.step for m in self.client.get_metric_history(run_id, self._metric)]
+            pruned_at = max(steps, default=None)
+        if pruned_at is not None:
+            tags["hpsearch.pruned_at_epoch"] = str(pruned_at)
         if ended.reason:
             tags["hpsearch.fail_reason"] = _text(ended.reason, 5000)
         self._log(run_id, tags={k: v for k, v in tags.items() if run.data.tags.get(k) != v})

@@ -103,8 +103,11 @@ class WandbTracker(Tracker):
         run.summary["state"] = ended.state
         if ended.value is not None:
             run.summary["value"] = ended.value
-        if ended.pruned_at is not None:
-            run.summary["pruned_at_epoch"] = ended.pruned_at
+        pruned_at = ended.pruned_at
+        if ended.state == "pruned" and pruned_at is None:  # ended by the study's end
+            pruned_at = run.summary.get("epoch")
+        if pruned_at is not None:
+            run.summary["pruned_at_epoch"] = pruned_at
         if ended.reason:
             run.summary["fail_reason"] = ended.reason
         run.tags = (*[t for t in run.tags if t not in ("running", "handed back")], ended.state)

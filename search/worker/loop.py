@@ -324,6 +324,7 @@ class Worker:
 
     def _end_waiting(self, why: str) -> str:
         ended, removed = pauses.end_waiting(self.storage, self.study.study_id, why)
+        self._tracking.ended_by_study_end(ended)
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:
             logger.info(

@@ -113,6 +113,22 @@ class TrialTracking:
         )
         self._submit(f"trial {run.number} end", lambda t: t.end_trial(ended))
 
+    def ended_by_study_end(self, numbers: list[int]) -> None:
+        """Trials left paused (or handed back) when the study ended: PRUNED with their last
+        value, by the study's end rather than by a worker; their open runs are ended so."""
+        for number in numbers:
+            started = TrialStarted(
+                study_uid=self.study.uid,
+                study_name=self.study.name,
+                number=number,
+                params={},
+                metric=self.study.config.study.metric,
+                running=False,
+            )
+            ended = TrialEnded(number=number, state="pruned", value=None, reason=None)
+            self._submit(f"trial {number} start", lambda t, s=started: t.start_trial(s))
+            self._submit(f"trial {number} end", lambda t, e=ended: t.end_trial(e))
+
     def close(self, *, study_done: bool, hurry: bool = False) -> None:
         """Send what is queued, the study's end if it is done, and stop: waits while updates
         go out, at most FLUSH_S without one getting through (`hurry`, on SIGTERM or Ctrl-C:

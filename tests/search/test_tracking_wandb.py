@@ -97,3 +97,35 @@ def test_export_writes_each_trial_as_one_offline_run(
         assert curve == trial.intermediate_values
         assert run.summary["state"] == trial.state.name.lower()
         assert run.config["hpsearch"]["git_commit"] == trial.user_attrs["git_commit"]
+
+
+def test_asha_pauses_keep_runs_open_and_the_study_end_closes_them(
+    pg_url: str, study_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    data = tracked_config(
+        study_name, {"wandb": {"project": "hpsearch-test", "mode": "offline"}}, n_trials=6
+    ).to_dict()
+    data["pruner"] = {"type": "asha", "min_resource": 1, "reduction_factor": 3}
+    storage = open_storage(pg_url)
+    study, _ = create_study(storage, type(tracked_config(study_name, {})).from_dict(data))
+    assert Worker(storage, study, grace_s=5, progress=False).run() == 0
+
+    trials = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    paused = [t for t in trials if "hpsearch:paused_at" in t.system_attrs]
+    assert paused, "no trial paused at a rung"
+    assert any("hpsearch:ended_by" in t.system_attrs for t in trials), "none ended paused"
+    files = defaultdict(list)
+    for run in offline_runs(tmp_path, expect=len(trials) + len(paused)):
+        files[run.run_id].append(run)
+    for trial in trials:
+        parts = files[wandb_run_id(study.uid, trial.number)]
+        # A paused trial's run is handed back, not ended; it ends as the trial does: after
+        # its resume, or PRUNED when the study's end ended it where it paused.
+        state = {"COMPLETE": "complete", "PRUNED": "pruned"}[trial.state.name]
+        assert parts[-1].summary["state"] == state, trial.number
+        if trial in paused:
+            assert parts[0].summary["state"] == "handed back (paused)"
