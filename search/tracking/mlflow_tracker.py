@@ -120,9 +120,15 @@ class MlflowTracker(Tracker):
         )
 
     def end_trial(self, ended: TrialEnded) -> None:
-        run_id = self._runs.pop(ended.number, None) or self._find(KEY_TAG, self._key(ended.number))
+        runs = self._search(KEY_TAG, self._key(ended.number))
+        run_id = self._runs.pop(ended.number, None) or (runs[0].info.run_id if runs else None)
         if run_id is None:
             raise LookupError(f"trial {ended.number} has no run (its start was not recorded)")
+        for extra in runs:
+            # A stopped worker's request that landed late (it created the run after the next
+            # worker looked): the run that ends the trial has every value; the extra goes.
+            if extra.info.run_id != run_id:
+                self.client.delete_run(extra.info.run_id)
         run = self.client.get_run(run_id)
         tags = {**ended.tags, "hpsearch.state": ended.state}
         pruned_at = ended.pruned_at
