@@ -84,7 +84,7 @@ def run_all(url: str, config: StudyConfig, strategies: list[Strategy], seeds: in
         started = time.monotonic()
         code = Worker(storage, ref, device="cpu", progress=False).run()
         status = study_status(storage, ref)
-        if code != 0 or status["complete"] + status["pruned"] + status["failed"] < budget:
+        if code != 0 or status.finished < budget:
             sys.exit(f"{run.name}: the worker stopped early (exit {code}); no measurement")
         print(
             f"  [{i}/{len(runs)}] {run.name}: {time.monotonic() - started:.1f} s",

@@ -41,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer import TrainConfig, train
-from trainer.memory import MemoryTarget, fit_memory, format_size, time_steps
+from trainer.memory import MemoryTarget, fit_memory, time_steps
+from trainer.sizes import format_size
 from trainer.tasks.digits import make_task
 
 CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [

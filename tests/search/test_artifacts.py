@@ -12,11 +12,11 @@ from optuna.artifacts import download_artifact, get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 
 from search.db import claims, liveness
+from search.db.artifacts import DatabaseArtifactStore
 from search.db.leases import LeaseLost
 from search.db.storage import open_storage
 from search.study.studies import create_study
 from search.worker.artifacts import (
-    DatabaseArtifactStore,
     DirectoryArtifactStore,
     TrialCheckpoints,
     artifact_store_for,

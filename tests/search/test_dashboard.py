@@ -19,8 +19,8 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import open_storage
-from search.worker.artifacts import DatabaseArtifactStore
 from tests.search.dashboard_process import DashboardProcess
 from tests.search.processes import WorkerProcess, reported_epochs, wait_for
 from tests.search.test_cli import hpsearch, write_config

@@ -14,10 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from search.db import liveness, migrate, trial_rows
+from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import StorageError, open_storage
 from search.monitor.workers import list_workers
 from search.study.studies import create_study
-from search.worker.artifacts import DatabaseArtifactStore, DirectoryArtifactStore, TrialCheckpoints
+from search.worker.artifacts import DirectoryArtifactStore, TrialCheckpoints
 from tests.conftest import fresh_database, migrated
 from tests.search.test_cli import hpsearch, write_config
 from tests.search.test_dispatch import claim_a_new_trial, make_config, register

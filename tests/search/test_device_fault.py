@@ -14,7 +14,8 @@ from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
 from search.study.config import parse_config
 from search.study.studies import create_study
-from search.worker.launcher import WorkerOptions, run_worker_processes
+from search.worker.launcher import run_worker_processes
+from search.worker.run import WorkerOptions
 from tests.conftest import REPO
 from tests.search.device_fault_task import ILLEGAL_ACCESS, POISON_X
 from tests.search.processes import WorkerProcess
@@ -88,7 +89,7 @@ def test_gpus_all_parent_restarts_a_child_that_exits_1(
     with caplog.at_level(logging.INFO, logger="search.worker.launcher"):
         # Two CPU children stand in for two GPUs: the parent's logic is the same.
         code = run_worker_processes(
-            pg_url, study_name, ["cpu", "cpu"], options, restart_failed=True
+            pg_url, study_name, ["cpu", "cpu"], options.argv(), restart_failed=True
         )
     assert code == 0
     restarts = [r.getMessage() for r in caplog.records if "starting a new one" in r.getMessage()]
@@ -107,6 +108,8 @@ def test_a_child_that_exits_2_is_not_restarted(pg_url: str, monkeypatch: Any, ca
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     options = WorkerOptions(artifacts=None, grace_s=5.0, keep_checkpoints=False, device_memory=None)
     with caplog.at_level(logging.INFO, logger="search.worker.launcher"):
-        code = run_worker_processes(pg_url, "no-such-study", ["cpu"], options, restart_failed=True)
+        code = run_worker_processes(
+            pg_url, "no-such-study", ["cpu"], options.argv(), restart_failed=True
+        )
     assert code == 1
     assert not any("starting a new one" in r.getMessage() for r in caplog.records)

@@ -107,6 +107,24 @@ def test_estimate_of_one_configuration_lists_every_plan_until_one_fits(tmp_path:
     assert row["verdict"] == "no limit to check against"
 
 
+def test_estimate_takes_the_device_memory_from_the_environment(tmp_path: Path) -> None:
+    """--device-memory's default is $HPSEARCH_DEVICE_MEMORY, as its help says (and as `run` and
+    `worker` read it); the flag wins over it; a bad value names the variable."""
+    args = ["--set", "width=8", "--device", "cpu", "--json"]
+    env = {"HPSEARCH_DEVICE_MEMORY": "3MiB"}
+    done = hpsearch("estimate", DIGITS, *args, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["target"]["limit_bytes"] == 3 * 2**20
+    flag = hpsearch("estimate", DIGITS, *args, "--device-memory", "5MiB", cwd=tmp_path, env=env)
+    assert json.loads(flag.stdout)["target"]["limit_bytes"] == 5 * 2**20
+    bad = hpsearch("estimate", DIGITS, *args, cwd=tmp_path, env={"HPSEARCH_DEVICE_MEMORY": "lots"})
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip() == (
+        "hpsearch: error: HPSEARCH_DEVICE_MEMORY: 'lots' is not a memory size (e.g. 80GB, "
+        "24GiB, 512MiB; GB = 10^9 bytes, GiB = 2^30)"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -258,6 +276,6 @@ def test_a_bad_device_memory_for_workers_is_bad_input(pg_url: str, tmp_path: Pat
 
 
 def _size(n: int) -> str:
-    from trainer.memory import format_size
+    from trainer.sizes import format_size
 
     return format_size(n)

@@ -9,8 +9,9 @@ import optuna
 import sqlalchemy as sa
 
 from search.db.storage import open_storage
+from search.db.studies import CONFIG_ATTR
 from search.sampling.sample_ahead import queue_first_trials
-from search.study.studies import CONFIG_ATTR, create_study
+from search.study.studies import create_study
 from tests.search.objectives import POISON_X, join_all, start_workers
 from tests.search.processes import WorkerProcess, query
 from tests.search.test_dispatch import make_config

@@ -1,10 +1,15 @@
-"""`--gpus all` children: the parent's CUDA_VISIBLE_DEVICES entries one each, threads shared,
-and which exits are restarted. Fake GPU counts and environments: no GPU needed."""
+"""Local child processes (`--gpus all`, `run --workers`, compare's workers, a trial's ranks): the
+parent's CUDA_VISIBLE_DEVICES entries, threads shared, and which exits are restarted. Fake GPU
+counts and environments: no GPU needed."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+from search.worker import launcher
 from search.worker.launcher import CHILD_RESTARTS, child_plans, restart_delay, visible_gpus
 
 UUIDS = "GPU-8f6c2a1e-0000-1111-2222-333344445555,GPU-11aa22bb-6666-7777-8888-9999aaaabbbb"
@@ -68,3 +73,53 @@ def test_exit_1_and_crashes_are_restarted_with_backoff_and_a_cap() -> None:
     assert restart_delay(-9, 0) == restart_delay(-6, 1) / 2 == 2.0  # OOM killer, abort
     for code in (0, 2, 130, -15, -2):  # done, bad input, interrupted, SIGTERM, SIGINT
         assert restart_delay(code, 0) is None
+
+
+def test_compare_workers_see_the_parents_gpus_and_a_crashed_one_is_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers `hpsearch compare` starts (`run_worker_processes` with a log file), under
+    CUDA_VISIBLE_DEVICES=2,3 on two (fake) GPUs: real child processes that print what they
+    got. compare used to give them torch's index (0 and 1: the wrong GPUs), overwrite a preset
+    OMP_NUM_THREADS and never restart a crashed child."""
+    child = tmp_path / "fake-python"
+    child.write_text(
+        "#!/bin/sh\n"
+        'echo "child $CUDA_VISIBLE_DEVICES threads=$OMP_NUM_THREADS storage=$HPSEARCH_STORAGE $*"\n'
+        # The child on GPU 3 crashes the first time (a CUDA error is exit 1).
+        f'if [ "$CUDA_VISIBLE_DEVICES" = 3 ] && [ ! -e {tmp_path}/crashed ]; then\n'
+        f"  touch {tmp_path}/crashed; exit 1\n"
+        "fi\n"
+    )
+    child.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(child))
+    monkeypatch.setattr(launcher, "gpu_count", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    devices = launcher.local_devices(None)  # compare's default: one worker per GPU
+    assert devices == ["cuda:0", "cuda:1"]
+    log = tmp_path / "logs" / "study.log"
+    code = launcher.run_worker_processes(
+        "sqlite:///x.db", "s", devices, ["--grace-s", "5"], restart_failed=True, log_path=log
+    )
+    assert code == 0
+    lines = sorted(log.read_text().splitlines())
+    assert lines == [
+        "child 2 threads=3 storage=sqlite:///x.db -m search worker --study s --device cuda:0 "
+        "--grace-s 5",
+        "child 3 threads=3 storage=sqlite:///x.db -m search worker --study s --device cuda:0 "
+        "--grace-s 5",
+        "child 3 threads=3 storage=sqlite:///x.db -m search worker --study s --device cuda:0 "
+        "--grace-s 5",
+    ]
+
+
+def test_ranks_of_a_trial_group_see_the_groups_gpus_through_the_parents_list() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "OMP_NUM_THREADS": "8"}
+    plans = launcher.rank_plans(["cuda:2", "cuda:3"], env, cpu_count=64)
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in plans] == ["6,7", "6,7"]
+    assert [p.device for p in plans] == ["cuda:0", "cuda:1"]
+    cpu = launcher.rank_plans(["cpu"] * 2, env, cpu_count=64)
+    assert [(p.device, p.env["OMP_NUM_THREADS"]) for p in cpu] == [("cpu", "4")] * 2
+    (alone,) = launcher.rank_plans(["cpu"], {}, cpu_count=6)
+    assert alone.env["OMP_NUM_THREADS"] == "6"

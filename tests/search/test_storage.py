@@ -67,8 +67,8 @@ def test_status_reads_while_a_worker_holds_the_write_lock(
     with storage.transaction() as writer, ThreadPoolExecutor(1) as pool:
         writer.execute(sa.insert(trials).values(number=0, study_id=study.study_id, state="WAITING"))
         status = pool.submit(study_status, watcher, study).result(timeout=10)
-        assert status["waiting"] == 0  # the writer has not committed yet
-    assert study_status(watcher, study)["waiting"] == 1
+        assert status.waiting == 0  # the writer has not committed yet
+    assert study_status(watcher, study).waiting == 1
 
 
 def test_a_failed_transaction_writes_nothing(storage_url: str, study_name: str) -> None:

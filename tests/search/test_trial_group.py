@@ -27,7 +27,8 @@ import torch
 from search.db.storage import open_storage
 from search.study.config import load_config
 from search.study.studies import create_study
-from search.worker.trial_group import gpu_groups, run_trial_group, trial_devices
+from search.worker.launcher import gpu_groups, trial_devices
+from search.worker.trial_group import run_trial_group
 from search.worker.trial_run import TrialRun
 from tests.conftest import REPO
 from tests.search.processes import (
