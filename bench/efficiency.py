@@ -38,9 +38,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import search.sampling.samplers
+from search.compare.collect import RunResult, collect
 from search.compare.plan import CompareRequest, Strategy, plan_compare
-from search.compare.report import RunResult, collect, pooled_target, summarize
 from search.compare.run import prepare_studies
+from search.compare.statistics import pooled_target, summarize
 from search.db.storage import open_storage
 from search.monitor.status import study_status
 from search.study.config import PrunerSettings, StudyConfig, parse_config

@@ -14,7 +14,7 @@ from trainer import resolve_task
 from trainer.sizes import HEADROOM, format_size
 
 if TYPE_CHECKING:  # trainer.memory imports torch: loaded when a command runs, not on import
-    from trainer.memory import MemoryFit, MemoryPlan, MemoryTarget
+    from trainer.memory import MemoryFit, MemoryPlan, MemoryTarget, StepMemory
 
 __all__ = ["estimate_json", "estimate_memory", "format_estimate", "format_one", "independent_of"]
 
@@ -123,19 +123,7 @@ def format_estimate(
         if row.label in folded:
             continue
         m = fit.configured
-        table.append(
-            (
-                row.label,
-                str(m.plan.batch_size),
-                format_size(m.weights_bytes),
-                format_size(m.gradients_bytes),
-                format_size(m.optimizer_bytes),
-                format_size(m.activations_bytes),
-                format_size(m.data_bytes),
-                format_size(m.total_bytes),
-                _fits_cell(fit),
-            )
-        )
+        table.append((row.label, str(m.plan.batch_size), *_size_cells(m), _fits_cell(fit)))
     lines += ["", *columns(table, right=range(1, 8))]
     if same:
         lines.append(f"(memory does not depend on {', '.join(same)}: those rows are left out)")
@@ -152,6 +140,12 @@ def format_estimate(
         "checkpointing), with its peak",
     ]
     return "\n".join(lines)
+
+
+def _size_cells(m: StepMemory) -> tuple[str, ...]:
+    """weights, grads, optimizer, activations, data and peak, as the tables show them."""
+    parts = (m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes)
+    return tuple(format_size(b) for b in (*parts, m.data_bytes, m.total_bytes))
 
 
 def _fits_cell(fit: MemoryFit) -> str:
@@ -186,17 +180,7 @@ def format_one(config_path: str, target: MemoryTarget, row: Configuration, fit: 
     ]
     table = [("plan", "weights", "grads", "optimizer", "activations", "data", "peak")]
     for m in fit.tried:
-        table.append(
-            (
-                m.plan.describe(),
-                format_size(m.weights_bytes),
-                format_size(m.gradients_bytes),
-                format_size(m.optimizer_bytes),
-                format_size(m.activations_bytes),
-                format_size(m.data_bytes),
-                format_size(m.total_bytes),
-            )
-        )
+        table.append((m.plan.describe(), *_size_cells(m)))
     lines += columns(table, right=range(1, 7))
     lines += ["", fit.reason]
     if target.usable_bytes is not None:

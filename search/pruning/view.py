@@ -6,7 +6,7 @@ intermediate values of complete trials. Reading whole trials for that (params, a
 values of every running and queued trial, on every rung of every trial) was most of a worker's
 database time. `PruningStorage` answers a pruner's reads from two small incremental queries
 (`search.db.trial_changes`) instead, and records the rung attributes a pruner writes with one
-statement; everything else is Optuna's RDBStorage unchanged. `tests/search/test_pruning.py`
+statement; everything else is Optuna's RDBStorage unchanged. `tests/search/pruning/test_pruning.py`
 checks that the decisions are those Optuna makes on its own storage.
 
 Successive halving and Hyperband decide from `RungValues` instead of scanning trials: per bracket

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from search.commands import main as hpsearch
-from tests.search.test_cli import SMALL
+from tests.search.commands.test_cli import SMALL
 
 PASSWORD = "s3cret-Pa55"
 

@@ -24,8 +24,8 @@ from search.db.leases import Claim
 from search.db.storage import Storage, open_storage
 from search.study.studies import create_study
 from tests.conftest import REPO
-from tests.search.test_cli import hpsearch
-from tests.search.test_dispatch import claim_a_new_trial, make_config, register
+from tests.search.commands.test_cli import hpsearch
+from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
 
 
 def held_trial(url: str, name: str, n_trials: int = 3) -> tuple[Storage, Claim]:

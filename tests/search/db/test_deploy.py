@@ -20,8 +20,8 @@ from search.monitor.workers import list_workers
 from search.study.studies import create_study
 from search.worker.artifacts import DirectoryArtifactStore, TrialCheckpoints
 from tests.conftest import fresh_database, migrated
-from tests.search.test_cli import hpsearch, write_config
-from tests.search.test_dispatch import claim_a_new_trial, make_config, register
+from tests.search.commands.test_cli import hpsearch, write_config
+from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
 
 FOREIGN_REVISION = "e1f0c4f3a2b1"  # what another tool's Alembic (MLflow's, say) leaves
 

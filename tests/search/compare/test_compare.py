@@ -12,6 +12,7 @@ import pytest
 from optuna.artifacts import get_all_artifact_meta
 
 from search.commands import main
+from search.compare.collect import RunResult, TrialPoint
 from search.compare.plan import (
     CompareRequest,
     Strategy,
@@ -19,8 +20,8 @@ from search.compare.plan import (
     parse_strategies,
     plan_compare,
 )
-from search.compare.report import RunResult, TrialPoint, summarize
 from search.compare.run import prepare_studies
+from search.compare.statistics import summarize
 from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.worker.loop import Worker

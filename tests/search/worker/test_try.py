@@ -12,7 +12,7 @@ import pytest
 from search.commands import main as hpsearch
 from tests.terminal import run_on_a_terminal
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DIGITS = str(REPO / "examples" / "digits.toml")
 EPOCH_LINE = re.compile(r"^epoch (\d+)/(\d+)  val_accuracy (\d\.\d{4})  \(\d+\.\d s\)$")
 

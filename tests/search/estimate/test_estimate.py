@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from tests.search.test_cli import count_studies, hpsearch
+from tests.search.commands.test_cli import count_studies, hpsearch
 from trainer import TrainConfig, resolve_task
 from trainer.memory import MemoryTarget, fit_memory
 

@@ -21,9 +21,9 @@ import sqlalchemy as sa
 
 from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import open_storage
+from tests.search.commands.test_cli import hpsearch, write_config
 from tests.search.dashboard_process import DashboardProcess
 from tests.search.processes import WorkerProcess, reported_epochs, wait_for
-from tests.search.test_cli import hpsearch, write_config
 
 PASSWORD = "Sw0rdf1sh-dash"
 """In every storage URL of these tests. The server trusts 127.0.0.1, so it is never checked,

@@ -31,6 +31,7 @@ from search.worker.launcher import gpu_groups, trial_devices
 from search.worker.trial_group import run_trial_group
 from search.worker.trial_run import TrialRun
 from tests.conftest import REPO
+from tests.search.commands.test_cli import hpsearch
 from tests.search.processes import (
     WorkerProcess,
     query,
@@ -38,7 +39,6 @@ from tests.search.processes import (
     trial_states,
     wait_for,
 )
-from tests.search.test_cli import hpsearch
 from trainer import DirectoryCheckpointStore, resolve_task, train
 
 SEED = 7

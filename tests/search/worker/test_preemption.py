@@ -22,6 +22,7 @@ from search.db.storage import open_storage
 from search.sampling.samplers import derived_seed
 from search.study.config import load_config
 from search.study.studies import create_study
+from tests.search.commands.test_cli import write_config
 from tests.search.processes import (
     WorkerProcess,
     query,
@@ -29,7 +30,6 @@ from tests.search.processes import (
     trial_states,
     wait_for,
 )
-from tests.search.test_cli import write_config
 
 EPOCHS = 12
 """Epochs of the interrupted trial: long enough that the signal lands in the middle of it."""
