@@ -17,6 +17,7 @@ from tests.conftest import REPO
 
 LAYERS = (
     "search.errors",
+    "search.terminal",
     "search.db",
     "search.study",
     "search.pruning",

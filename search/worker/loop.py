@@ -48,6 +48,7 @@ from search.pruning.view import Pruner
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
+from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.pause import Promoter, StudyLimits
 from search.worker.provenance import launched_by
@@ -111,6 +112,7 @@ class Worker:
         if progress is None:  # a live line on a terminal, unless a parent process draws one
             progress = sys.stderr.isatty() and os.environ.get("HPSEARCH_PROGRESS") != "0"
         self._progress = progress
+        self._line = StatusLine(plain=False)
         self._best = ""
         self._stop = threading.Event()  # the whole worker must stop
         self._stop_signal: int | None = None
@@ -798,8 +800,7 @@ class Worker:
             if epoch
             else "starting"
         )
-        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}{self._best}")
-        sys.stderr.flush()
+        self._line.show(f"[{self.worker_id}] trial {number}: {where}{self._best}")
 
     def _best_so_far(self) -> str:
         try:
@@ -813,8 +814,7 @@ class Worker:
 
     def _end_progress(self) -> None:
         if self._progress:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+            self._line.clear()
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
