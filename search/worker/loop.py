@@ -13,7 +13,10 @@ Database outages: every statement is retried with backoff. While the database is
 goes on; reports are kept and written when it is back (pruning decisions resume then), and a
 trial's end is written once the database answers. A worker declared dead during the outage loses
 nothing: the trial's new owner resumes from the latest checkpoint, and this worker's writes are
-refused by the lease (fencing), so no trial is recorded twice.
+refused by the lease (fencing), so no trial is recorded twice. A worker that has not reached the
+database for most of its grace period stops its trial itself before anyone may take it over
+(`search.worker.self_fence`), and hands it back once the database answers; one whose database
+or study is gone for good (dropped, renamed, deleted) stops with one line, exit 1.
 
 Signals: SIGTERM (a spot instance's notice) and Ctrl-C checkpoint the running trial at its next
 step, hand it back to the queue as resumable, and exit (0 for SIGTERM, 130 for Ctrl-C). A second
@@ -37,6 +40,7 @@ from typing import Any, TypeVar
 from optuna.distributions import json_to_distribution
 
 from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db.gone import gone_reason
 from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient, retry
 from search.db.tables import stored_float
@@ -49,6 +53,7 @@ from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.report_writer import ReportWriter
+from search.worker.self_fence import LeaseWatchdog
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
 from trainer import CheckpointStore
@@ -117,6 +122,9 @@ class Worker:
         self._sampler_thread: threading.Thread | None = None
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
+        self._fenced = False  # the running trial was stopped here: no heartbeat got through
+        self._gone: str | None = None  # the database or the study is gone for good
+        self._watchdog = LeaseWatchdog(grace_s, on_expired=self._self_fence)
         self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
         self._reports = ReportWriter(
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
@@ -144,7 +152,10 @@ class Worker:
             device=self.device,
             grace_s=self.grace_s,
         )
+        registering = time.monotonic()
         self._retry(lambda: liveness.register(self.storage, me), "register worker")
+        self._watchdog.renewed(registering)
+        self._watchdog.start()
         logger.info(
             "worker %s joined study %r on %s (device %s, grace %.0f s)",
             self.worker_id,
@@ -162,13 +173,20 @@ class Worker:
                 if claim is None:
                     break
                 self._run_claim(claim)
+            if self._gone is not None:
+                raise RuntimeFailure(self._gone)
             if self._stop.is_set():
                 reason = "SIGTERM" if self._stop_signal == signal.SIGTERM else "interrupted"
         except BaseException as exc:
             reason = f"error: {type(exc).__name__}"
+            gone = gone_reason(exc) if isinstance(exc, Exception) else None
+            if gone is not None and not isinstance(exc, RuntimeFailure):
+                self._give_up(gone)
+                raise RuntimeFailure(self._gone or gone) from exc
             raise
         finally:
             self._stop.set()
+            self._watchdog.stop()
             beat.join(timeout=5)
             self._reports.close()
             if self._pruner is not None:
@@ -176,11 +194,12 @@ class Worker:
             if self._sampler_thread is not None:
                 self._sampler_thread.join(timeout=30)
             try:
-                self._retry(
-                    lambda: liveness.unregister(self.storage, self.worker_id, reason),
-                    "unregister",
-                    attempts=3,
-                )
+                if self._gone is None:  # else there is nothing left to write to
+                    self._retry(
+                        lambda: liveness.unregister(self.storage, self.worker_id, reason),
+                        "unregister",
+                        attempts=3,
+                    )
             except Exception:  # the reaper treats a silent worker the same way
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
@@ -249,11 +268,13 @@ class Worker:
         return float("inf") if depth is None else depth
 
     def _run_claim(self, claim: Claim) -> None:
-        self._claim, self._lost = claim, False
+        self._claim, self._lost, self._fenced = claim, False, False
         self._trial_stop = threading.Event()
         if self._stop.is_set():
             self._trial_stop.set()
         try:
+            if time.monotonic() - self._watchdog.renewed_at > 2 * self._heartbeat_s:
+                self._retry(self._beat, "heartbeat")  # e.g. right after an outage
             params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
             if self._rungs != []:
                 self._retry(
@@ -311,6 +332,8 @@ class Worker:
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
+        if self._gone is not None:
+            raise RuntimeFailure(self._gone)
         if self._lost:
             return
         if outcome.status == "machine_fault":
@@ -325,7 +348,9 @@ class Worker:
                     self.storage, claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
                 ),
                 "hand the trial back",
-                attempts=5,
+                # Self-fenced: the database is away; hand it back when it answers (the lease
+                # refuses it if another worker has taken the trial over meanwhile).
+                attempts=None if self._fenced else 5,
             )
             logger.info("trial %d: checkpointed and handed back for another worker", claim.number)
             return
@@ -499,24 +524,31 @@ class Worker:
                 self._trial_lost(claim)
                 raise
 
-        return TrialCheckpoints(
+        return _WatchedCheckpoints(
             self.artifacts,
             self.storage,
             claim,
             self.study,
             before_publish=flush_reports,
+            on_error=self._db_down,
         )
 
     # -- liveness ---------------------------------------------------------------------------
 
+    def _beat(self) -> bool:
+        """One heartbeat; False if this worker no longer holds its trial."""
+        claim, sent = self._claim, time.monotonic()
+        holds = liveness.heartbeat(self.storage, self.worker_id, claim)
+        self._watchdog.renewed(sent)
+        if claim is not None and not holds:
+            self._trial_lost(claim)
+        return holds
+
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._heartbeat_s * (0.8 + 0.4 * random.random())):
-            claim = self._claim
             try:
-                holds = liveness.heartbeat(self.storage, self.worker_id, claim)
+                self._beat()
                 self._db_back()
-                if claim is not None and not holds:
-                    self._trial_lost(claim)
                 max_attempts = self.config.study.max_attempts
                 for reaped in liveness.reap(self.storage, self.study.study_id, max_attempts):
                     if reaped.failed:
@@ -535,9 +567,25 @@ class Worker:
                         reaped.number,
                     )
             except Exception as exc:
-                if not is_transient(exc):
+                if not is_transient(exc) and gone_reason(exc) is None:
                     logger.exception("heartbeat failed")
                 self._db_down(exc, "heartbeat")
+
+    def _self_fence(self, silent_s: float) -> None:
+        """The lease watchdog's alarm: stop the running trial before anyone may take it over."""
+        claim = self._claim
+        if claim is None or self._lost or self._gone is not None:
+            return
+        self._fenced = True
+        logger.warning(
+            "trial %d: no heartbeat has reached the database for %.0f s (grace period %.0f s): "
+            "stopping the trial here before another worker may take it over; it is handed "
+            "back when the database answers, or resumed elsewhere from its last checkpoint",
+            claim.number,
+            silent_s,
+            self.grace_s,
+        )
+        self._trial_stop.set()
 
     def _trial_lost(self, claim: Claim) -> None:
         """Another worker holds `claim` now: stop it here, if it is still the one running."""
@@ -546,6 +594,10 @@ class Worker:
             self._trial_stop.set()
 
     def _db_down(self, exc: BaseException, what: str) -> None:
+        gone = gone_reason(exc)
+        if gone is not None:
+            self._give_up(gone)
+            return
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.warning(
@@ -555,14 +607,30 @@ class Worker:
             )
 
     def _db_back(self) -> None:
-        if self._db_down_since is not None:
+        if self._db_down_since is not None and self._gone is None:
             logger.warning(
                 "database reachable again after %.0f s", time.monotonic() - self._db_down_since
             )
             self._db_down_since = None
 
+    def _give_up(self, gone: str) -> None:
+        """The database or the study is gone for good: stop the trial and the worker."""
+        if self._gone is None:
+            self._gone = (
+                f"study {self.study.name!r} on {self.storage.safe_url}: {gone}; this worker stops"
+            )
+        self._stop.set()
+        self._trial_stop.set()
+
+    def _retry_error(self, exc: BaseException, what: str) -> None:
+        self._db_down(exc, what)
+        if self._gone is not None:
+            raise RuntimeFailure(self._gone) from exc
+
     def _retry(self, fn: Callable[[], T], what: str, *, attempts: int | None = None) -> T:
-        return retry(fn, what, attempts=attempts, on_error=self._db_down, on_success=self._db_back)
+        return retry(
+            fn, what, attempts=attempts, on_error=self._retry_error, on_success=self._db_back
+        )
 
     # -- signals and progress ---------------------------------------------------------------
 
@@ -614,6 +682,25 @@ class Worker:
         if self._progress:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+
+class _WatchedCheckpoints(TrialCheckpoints):
+    """TrialCheckpoints whose failed writes tell the worker about the database: a checkpoint
+    that finds the database gone stops the trial at once, not epochs later."""
+
+    def __init__(
+        self, *args: Any, on_error: Callable[[BaseException, str], None], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_error = on_error
+
+    def write(self, data: Any) -> None:
+        try:
+            super().write(data)
+        except Exception as exc:
+            if is_transient(exc) or gone_reason(exc) is not None:
+                self._on_error(exc, "checkpoint")
+            raise
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
