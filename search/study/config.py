@@ -24,6 +24,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from search.study.limits import storage_problem
 from search.study.space import (
     CategoricalParam,
     FloatParam,
@@ -234,6 +235,9 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
             "(sampler = grid would repeat points); lower n_trials or add [grid] points"
         )
     _check_batch_sizes(space, train)
+    refused = storage_problem(config)
+    if refused is not None:
+        raise ConfigError(refused)
     return config
 
 
