@@ -52,6 +52,7 @@ from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
+from search.worker.cpu_share import share_cpu_threads
 from search.worker.report_writer import ReportWriter
 from search.worker.self_fence import LeaseWatchdog
 from search.worker.training import run_training
@@ -130,6 +131,7 @@ class Worker:
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
         )
         self.trials_run = 0
+        self._threads: int | None = None  # CPU threads of this worker's share of the machine
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -275,6 +277,7 @@ class Worker:
         try:
             if time.monotonic() - self._watchdog.renewed_at > 2 * self._heartbeat_s:
                 self._retry(self._beat, "heartbeat")  # e.g. right after an outage
+            self._share_cores()
             params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
             if self._rungs != []:
                 self._retry(
@@ -570,6 +573,23 @@ class Worker:
                 if not is_transient(exc) and gone_reason(exc) is None:
                     logger.exception("heartbeat failed")
                 self._db_down(exc, "heartbeat")
+
+    def _share_cores(self) -> None:
+        """This worker's share of the machine's CPU threads (`search.worker.cpu_share`)."""
+        try:
+            threads = share_cpu_threads(self.storage, self.hostname)
+        except Exception as exc:  # the share is looked at again before the next trial
+            if not is_transient(exc):
+                raise
+            return
+        if threads is not None and threads != self._threads:
+            logger.info(
+                "%d CPU thread(s) per trial: this worker's share of the cores of %s among its "
+                "live workers",
+                threads,
+                self.hostname,
+            )
+        self._threads = threads
 
     def _self_fence(self, silent_s: float) -> None:
         """The lease watchdog's alarm: stop the running trial before anyone may take it over."""
