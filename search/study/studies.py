@@ -6,6 +6,7 @@ worker's study name is an error, never a new empty study.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import logging
@@ -123,11 +124,23 @@ def open_study(storage: Storage, name: str) -> StudyRef:
             raise
         study = None
     if study is None:
-        raise StorageError(
-            f"no hpsearch study named {name!r} in {storage.safe_url}: "
-            "create it first with `hpsearch create CONFIG`"
+        close = difflib.get_close_matches(name, _study_names(storage), n=1, cutoff=0.6)
+        then = (
+            f"did you mean {close[0]!r}? (`hpsearch studies` lists them)"
+            if close
+            else "create it first with `hpsearch create CONFIG`"
         )
+        raise StorageError(f"no hpsearch study named {name!r} in {storage.safe_url}: {then}")
     return study
+
+
+def _study_names(storage: Storage) -> list[str]:
+    """Every study's name (none if the storage has no tables yet)."""
+    try:
+        with storage.autocommit() as conn:
+            return list(conn.execute(sa.select(studies.c.study_name)).scalars())
+    except sa.exc.DBAPIError:
+        return []
 
 
 def load_optuna_study(

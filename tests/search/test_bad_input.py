@@ -363,3 +363,26 @@ def test_a_value_the_storage_would_refuse(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["study.toml", *(["study.db"] if storage_url.startswith("sqlite") else [])]
     )
+
+
+def test_an_unknown_study_name_close_to_one_says_which(
+    pg_url: str, study_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    name = f"resnet-sweep-{study_name[-6:]}"
+    config = _config(tmp_path, name=name)
+    assert hpsearch(["create", config, "--storage", pg_url]) == 0
+    capsys.readouterr()
+    caplog.clear()  # what `create` logged is not part of the answer
+    typo = name.replace("sweep", "swep")
+    for command in (["worker", "--study", typo], ["status", "--study", typo]):
+        _assert_one_line_exit_2(
+            capsys,
+            [*command, "--storage", pg_url],
+            f"no hpsearch study named {typo!r} in ",
+            " ".join(command),
+        )
+    code = hpsearch(["status", "--study", typo, "--storage", pg_url])
+    assert code == 2
+    assert f"did you mean {name!r}? (`hpsearch studies` lists them)" in capsys.readouterr().err
