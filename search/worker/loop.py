@@ -15,7 +15,8 @@ trial's end is written once the database answers. A worker declared dead during 
 nothing: the trial's new owner resumes from the latest checkpoint, and this worker's writes are
 refused by the lease (fencing), so no trial is recorded twice. A worker that has not reached the
 database for most of its grace period stops its trial itself before anyone may take it over
-(`search.worker.self_fence`), and hands it back once the database answers; one whose database
+(`search.worker.self_fence`), and goes on with it if it still holds it once the database
+answers (else the worker that took it over resumes it); one whose database
 or study is gone for good (dropped, renamed, deleted) stops with one line, exit 1.
 
 Signals: SIGTERM (a spot instance's notice) and Ctrl-C checkpoint the running trial at its next
@@ -25,6 +26,7 @@ Ctrl-C exits at once; the trial is then handed back by the reaper after the grac
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -313,11 +315,17 @@ class Worker:
             if self._progress:
                 self._best = self._best_so_far()
             self._show(claim.number, None, None)
-            try:
-                outcome = self._run_trial(run)
-            except Exception as exc:  # a bug in the trial function: record it, keep working
-                logger.exception("trial %d failed", claim.number)
-                outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+            while True:
+                try:
+                    outcome = self._run_trial(run)
+                except Exception as exc:  # a bug in the trial function: record it, keep working
+                    logger.exception("trial %d failed", claim.number)
+                    outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+                if not (self._fenced and outcome.status == "preempted" and self._still_held(claim)):
+                    break
+                # Fenced, and nobody took the trial meanwhile: go on with it here.
+                self._fenced, self._trial_stop = False, threading.Event()
+                run = dataclasses.replace(run, stop=self._trial_stop, reported=dict(reported))
             self._record(claim, run, outcome, time.monotonic() - started)
         except LeaseLost:
             self._lost = True
@@ -591,6 +599,21 @@ class Worker:
             )
         self._threads = threads
 
+    def _still_held(self, claim: Claim) -> bool:
+        """After a self-fence: wait for the database; whether this worker still holds `claim`
+        (nobody reaped it meanwhile: a short outage, or a restarted server's fresh grace)."""
+        if self._stop.is_set():
+            return False
+        held = self._retry(self._beat, "heartbeat")
+        if held and not self._stop.is_set():
+            logger.info(
+                "trial %d: the database answers again and this worker still holds the trial: "
+                "going on with it here, from its last checkpoint",
+                claim.number,
+            )
+            return True
+        return False
+
     def _self_fence(self, silent_s: float) -> None:
         """The lease watchdog's alarm: stop the running trial before anyone may take it over."""
         claim = self._claim
@@ -599,8 +622,9 @@ class Worker:
         self._fenced = True
         logger.warning(
             "trial %d: no heartbeat has reached the database for %.0f s (grace period %.0f s): "
-            "stopping the trial here before another worker may take it over; it is handed "
-            "back when the database answers, or resumed elsewhere from its last checkpoint",
+            "stopping the trial here before another worker may take it over; it goes on here "
+            "if this worker still holds it when the database answers, else elsewhere from "
+            "its last checkpoint",
             claim.number,
             silent_s,
             self.grace_s,

@@ -7,7 +7,9 @@ that committed was *sent*, nobody may take the trial over before `sent + grace_s
 stops the running trial at `sent + FENCE_AT * grace_s`, which leaves the rest of the grace period
 for the trainer to reach its next optimizer step (where it stops, checkpointing if it can). So a
 worker that lost the database never trains a trial alongside the worker that took it over, even
-if the network heals later.
+if the network heals later. When the database answers again and nobody took the trial (a short
+cut, or a restarted server, which gives every worker a fresh grace period), the worker goes on
+with it from its last checkpoint, under the same lease.
 
     watchdog = LeaseWatchdog(grace_s, on_expired=stop_the_trial)
     watchdog.start()
