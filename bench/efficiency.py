@@ -3,7 +3,7 @@
     python bench/efficiency.py                       # 5 seeds, about 20 minutes on 2 busy cores
     python bench/efficiency.py --seeds 2 --budget 12 --epochs 9 --no-variants   # a smoke run
 
-Built on `hpsearch compare`'s own pieces (search.compare.run plans the studies,
+Built on `hpsearch compare`'s own pieces (search.compare.plan plans the studies,
 search.compare.report reads them back): random without pruning, random + Hyperband, TPE
 without, TPE + Hyperband and grid, each `--seeds` times (independent seeds) at the same budget
 of trials, on a task where tuning matters (bench/efficiency_task.py: an MLP on 600 digits
@@ -38,8 +38,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import search.sampling.samplers
+from search.compare.plan import CompareRequest, Strategy, plan_compare
 from search.compare.report import RunResult, collect, pooled_target, summarize
-from search.compare.run import CompareRequest, Strategy, plan_compare, prepare_studies
+from search.compare.run import prepare_studies
 from search.db.storage import open_storage
 from search.monitor.status import study_status
 from search.study.config import PrunerSettings, StudyConfig, parse_config

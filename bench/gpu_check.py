@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from search.worker.local_gpus import child_plans  # noqa: E402
+from search.worker.launcher import child_plans  # noqa: E402
 from trainer import DirectoryCheckpointStore, Task, TrainConfig, train  # noqa: E402
 from trainer.memory import time_steps  # noqa: E402
 from trainer.tasks.digits import accuracy  # noqa: E402

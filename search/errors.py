@@ -7,7 +7,17 @@ machine rather than of the input.
 
 from __future__ import annotations
 
-__all__ = ["RuntimeFailure", "first_line"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_FAILURE",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "RuntimeFailure",
+    "first_line",
+]
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+"""Every command's exit codes: done; runtime failure; bad input; interrupted (Ctrl-C)."""
 
 
 class RuntimeFailure(Exception):

@@ -6,8 +6,17 @@ import resource
 import sys
 
 import torch
+import torch.distributed as dist
 
-__all__ = ["choose_precision", "device_name", "peak_memory", "reset_peak_memory", "resolve_device"]
+__all__ = [
+    "choose_precision",
+    "device_name",
+    "peak_memory",
+    "rank",
+    "reset_peak_memory",
+    "resolve_device",
+    "world_size",
+]
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -98,3 +107,13 @@ def peak_memory(device: torch.device) -> tuple[int, str]:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports kilobytes, macOS bytes.
     return (rss if sys.platform == "darwin" else rss * 1024), "process_peak_rss"
+
+
+def world_size() -> int:
+    """Ranks in this process's data-parallel group (1 outside one)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank in its data-parallel group (0 outside one)."""
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

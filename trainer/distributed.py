@@ -46,8 +46,6 @@ __all__ = [
     "CollectiveStop",
     "GroupCheckpoints",
     "LauncherLink",
-    "rank",
-    "world_size",
 ]
 
 log = logging.getLogger("trainer")
@@ -64,19 +62,6 @@ rank 0 writing a large checkpoint to a remote store."""
 STOP_CHECK_EVERY_ON_GPU = 8
 """Optimizer steps between two broadcasts of the stop flag on GPUs: each one makes the CPU wait
 for the GPU (on the CPU it is checked at every step, as in one process)."""
-
-
-def world_size() -> int:
-    """Ranks in this process's data-parallel group (1 outside one)."""
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 class LauncherLink:
@@ -129,7 +114,7 @@ class CollectiveStop(threading.Event):
 
 def group_report(link: LauncherLink | None, device: Any) -> Any:
     """The `report` of `trainer.train` on every rank: rank 0 asks the study, all get its answer."""
-    import torch
+    import torch  # here, in a rank, not on import: the launcher reads only the ENV_ names
     import torch.distributed as dist
 
     def report(epoch: int, value: float) -> bool:
@@ -153,6 +138,8 @@ class GroupCheckpoints(CheckpointStore):
         self._writes = 0
 
     def __repr__(self) -> str:
+        from trainer.device import rank  # imports torch: the launcher reads this module without it
+
         return f"GroupCheckpoints(rank {rank()})"
 
     def save(self, state: dict[str, Any]) -> int:
@@ -212,7 +199,7 @@ def main() -> int:
     link = LauncherLink(conn) if me == 0 else None
     timeout_s = float(os.environ.get(ENV_COLLECTIVE_TIMEOUT) or DEFAULT_COLLECTIVE_TIMEOUT_S)
 
-    import torch
+    import torch  # here, in a rank, not on import: the launcher reads only the ENV_ names
     import torch.distributed as dist
 
     from trainer import TrainConfig, resolve_task

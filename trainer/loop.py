@@ -51,8 +51,8 @@ from trainer.device import (
     peak_memory,
     reset_peak_memory,
     resolve_device,
+    world_size,
 )
-from trainer.distributed import world_size
 from trainer.faults import classify
 from trainer.gpu_settings import apply_gpu_settings
 from trainer.result import TrainResult

@@ -24,19 +24,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import optuna
 from optuna.trial import TrialState
 
+from search.compare.plan import CompareRequest, CompareRun
 from search.db.storage import Storage
 from search.study.space import FloatParam, IntParam, Param
 from search.study.studies import StudyRef
 from search.worker.artifacts import DirectoryArtifactStore, artifact_store_for
-
-if TYPE_CHECKING:
-    from search.compare.run import CompareRequest, CompareRun
 
 __all__ = [
     "TARGET_QUANTILE",

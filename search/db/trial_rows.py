@@ -27,10 +27,10 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from optuna.distributions import distribution_to_json
+from optuna.distributions import BaseDistribution, distribution_to_json
+from optuna.trial import FrozenTrial
 from sqlalchemy.engine import Connection
 
 from search.db.claims import utcnow_naive
@@ -48,11 +48,9 @@ from search.db.tables import (
     workers,
 )
 
-if TYPE_CHECKING:
-    from search.sampling.view import SampledTrial
-
 __all__ = [
     "Counts",
+    "SampledTrial",
     "count_trials",
     "create_sampled_trials",
     "create_trial",
@@ -61,6 +59,21 @@ __all__ = [
     "remove_unsampled",
     "sampling_lock",
 ]
+
+
+class SampledTrial:
+    """A trial sampled in memory, to be inserted: its number, params and system attributes."""
+
+    __slots__ = ("distributions", "number", "params", "system_attrs")
+
+    def __init__(self, trial: FrozenTrial) -> None:
+        self.number = trial.number
+        self.params = {
+            name: trial.distributions[name].to_internal_repr(value)
+            for name, value in trial.params.items()
+        }
+        self.distributions: dict[str, BaseDistribution] = dict(trial.distributions)
+        self.system_attrs = dict(trial.system_attrs)
 
 
 @dataclass(frozen=True)

@@ -16,18 +16,18 @@ from optuna.distributions import json_to_distribution
 
 from search.db.liveness import live_workers_clause
 from search.db.statements import db_now
+from search.db.status import best_statement
 from search.db.storage import Storage
 from search.db.tables import (
     trial_intermediate_values,
     trial_leases,
     trial_params,
-    trial_values,
     trials,
     workers,
 )
 from search.study.studies import StudyRef
 
-__all__ = ["best_trial", "format_best", "format_status", "study_status"]
+__all__ = ["format_best", "format_status", "study_status"]
 
 
 def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
             ).all()
         )
         best = conn.execute(
-            _best_statement(config.study.direction), {"study": study.study_id}
+            best_statement(config.study.direction), {"study": study.study_id}
         ).first()
         params: dict[str, Any] = {}
         if best is not None:
@@ -90,15 +90,6 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
     }
 
 
-def best_trial(storage: Storage, study: StudyRef) -> tuple[int, float] | None:
-    """(number, value) of the best complete trial so far, or None."""
-    with storage.autocommit() as conn:
-        row = conn.execute(
-            _best_statement(study.config.study.direction), {"study": study.study_id}
-        ).first()
-    return None if row is None else (row.number, float(row.value))
-
-
 def format_status(status: dict[str, Any]) -> str:
     done = status["complete"] + status["pruned"] + status["failed"]
     lines = [
@@ -128,23 +119,6 @@ def format_best(status: dict[str, Any]) -> str:
     return (
         f"  best: trial {best['number']}  {status['metric']} {shown}  "
         f"params {json.dumps(best['params'])}"
-    )
-
-
-@functools.cache
-def _best_statement(direction: str) -> sa.Select:
-    t, v = trials, trial_values
-    order = v.c.value.desc() if direction == "maximize" else v.c.value.asc()
-    return (
-        sa.select(t.c.trial_id, t.c.number, v.c.value)
-        .join(v, sa.and_(v.c.trial_id == t.c.trial_id, v.c.objective == 0))
-        .where(
-            t.c.study_id == sa.bindparam("study"),
-            t.c.state == "COMPLETE",
-            v.c.value.is_not(None),
-        )
-        .order_by(order, t.c.number)
-        .limit(1)
     )
 
 

@@ -39,6 +39,7 @@ from search.db import liveness, trial_rows
 from search.db.storage import Storage, is_transient
 from search.db.trial_rows import Counts
 from search.errors import RuntimeFailure, first_line
+from search.pruning.pruners import make_pruner
 from search.sampling.samplers import (
     LEARNS_FROM_RESULTS,
     STARTUP_TRIALS,
@@ -48,9 +49,9 @@ from search.sampling.samplers import (
 )
 from search.sampling.view import StudyMirror
 from search.study.space import Param
-from search.study.studies import StudyRef, load_optuna_study
+from search.study.studies import StudyRef
 
-__all__ = ["PREFILL", "TrialSampler", "queue_first_trials"]
+__all__ = ["PREFILL", "TrialSampler", "load_optuna_study", "queue_first_trials"]
 
 PREFILL = 32
 """Trials `create` queues for samplers that do not learn from results: the first workers start
@@ -212,3 +213,15 @@ def queue_first_trials(storage: Storage, study: StudyRef) -> None:
         )
     finally:
         liveness.unregister(storage, creator.worker_id, "created the study")
+
+
+def load_optuna_study(
+    storage: Storage, study: StudyRef, sampler: optuna.samplers.BaseSampler | None = None
+) -> optuna.Study:
+    """The Optuna study object (for sampling and pruning), on this process's cached storage."""
+    return optuna.load_study(
+        study_name=study.name,
+        storage=storage.optuna_storage(),
+        sampler=sampler or optuna.samplers.RandomSampler(),
+        pruner=make_pruner(study.config),
+    )

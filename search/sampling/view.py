@@ -48,28 +48,14 @@ from search.db.tables import (
     trial_values,
     trials,
 )
+from search.db.trial_rows import SampledTrial
 from search.pruning.pruners import make_pruner
 from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
 
-__all__ = ["SampledTrial", "StudyMirror"]
+__all__ = ["StudyMirror"]
 
 _STATES = {s.name: s for s in TrialState}
-
-
-class SampledTrial:
-    """A trial sampled in memory, to be inserted: its number, params and system attributes."""
-
-    __slots__ = ("distributions", "number", "params", "system_attrs")
-
-    def __init__(self, trial: FrozenTrial) -> None:
-        self.number = trial.number
-        self.params = {
-            name: trial.distributions[name].to_internal_repr(value)
-            for name, value in trial.params.items()
-        }
-        self.distributions: dict[str, BaseDistribution] = dict(trial.distributions)
-        self.system_attrs = dict(trial.system_attrs)
 
 
 class StudyMirror(StudyFactsStorage):

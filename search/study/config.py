@@ -235,7 +235,7 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
             "(sampler = grid would repeat points); lower n_trials or add [grid] points"
         )
     _check_batch_sizes(space, train)
-    refused = storage_problem(config)
+    refused = storage_problem(study.name, study.metric, (p.name for p in space))
     if refused is not None:
         raise ConfigError(refused)
     return config

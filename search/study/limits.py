@@ -11,10 +11,7 @@ garble every table and log line they are printed in).
 from __future__ import annotations
 
 import unicodedata
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from search.study.config import StudyConfig
+from collections.abc import Iterable
 
 __all__ = ["MAX_NAME_LENGTH", "name_problem", "storage_problem"]
 
@@ -36,12 +33,12 @@ def name_problem(value: str) -> str | None:
     return None
 
 
-def storage_problem(config: StudyConfig) -> str | None:
-    """The first value of `config` the storage would refuse, as a line naming its key."""
+def storage_problem(study_name: str, metric: str, param_names: Iterable[str]) -> str | None:
+    """The first of a config's names the storage would refuse, as a line naming its key."""
     named = [
-        ("study.name", config.study.name),
-        ("study.metric", config.study.metric),
-        *((f"space.{_short(p.name)}", p.name) for p in config.space),
+        ("study.name", study_name),
+        ("study.metric", metric),
+        *((f"space.{_short(name)}", name) for name in param_names),
     ]
     for key, value in named:
         problem = name_problem(value)

@@ -20,7 +20,6 @@ import sqlalchemy as sa
 
 from search.db.storage import Storage, StorageError
 from search.db.tables import studies, study_system_attributes
-from search.pruning.pruners import make_pruner
 from search.study.config import ConfigError, StudyConfig
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "StudyRef",
     "create_study",
     "find_study",
-    "load_optuna_study",
     "open_study",
 ]
 
@@ -141,18 +139,6 @@ def _study_names(storage: Storage) -> list[str]:
             return list(conn.execute(sa.select(studies.c.study_name)).scalars())
     except sa.exc.DBAPIError:
         return []
-
-
-def load_optuna_study(
-    storage: Storage, study: StudyRef, sampler: optuna.samplers.BaseSampler | None = None
-) -> optuna.Study:
-    """The Optuna study object (for sampling and pruning), on this process's cached storage."""
-    return optuna.load_study(
-        study_name=study.name,
-        storage=storage.optuna_storage(),
-        sampler=sampler or optuna.samplers.RandomSampler(),
-        pruner=make_pruner(study.config),
-    )
 
 
 @functools.cache

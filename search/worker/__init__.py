@@ -1,1 +1,29 @@
-"""TODO"""
+"""The worker: pulls a study's trials one at a time and trains them, on one device or as a
+data-parallel group, and the local launcher of worker processes.
+
+- `loop`: `Worker`, claim, train, report, checkpoint, finish; until the study is done;
+- `trial_run`: what a trial function gets (`TrialRun`) and returns (`TrialOutcome`);
+- `training`: the default trial function (`trainer.train` in this process);
+- `trial_group`: a trial as K rank processes (``--gpus-per-trial``);
+- `report_writer`: reports written without making training wait;
+- `artifacts`: checkpoints every worker can reach;
+- `preflight`: the checks before a worker registers; `provenance`: what made a trial;
+- `launcher`: one worker here, or one child process per device (GPUs, threads, restarts);
+- `trial_by_hand`: `hpsearch try`, one configuration without a study.
+"""
+
+from search.worker.artifacts import ArtifactStore, artifact_store_for
+from search.worker.launcher import WorkerOptions, run_worker, run_worker_processes
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
+
+__all__ = [
+    "ArtifactStore",
+    "TrialOutcome",
+    "TrialRun",
+    "Worker",
+    "WorkerOptions",
+    "artifact_store_for",
+    "run_worker",
+    "run_worker_processes",
+]

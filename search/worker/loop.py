@@ -44,10 +44,10 @@ from optuna.distributions import json_to_distribution
 from search.db import claims, fenced_writes, liveness, trial_rows
 from search.db.gone import gone_reason
 from search.db.leases import Claim, LeaseLost
+from search.db.status import best_trial
 from search.db.storage import Storage, is_transient, retry
 from search.db.tables import stored_float
 from search.errors import RuntimeFailure, first_line
-from search.monitor.status import best_trial
 from search.pruning.pruners import rung_steps
 from search.pruning.view import Pruner
 from search.sampling.sample_ahead import TrialSampler
@@ -715,7 +715,8 @@ class Worker:
 
     def _best_so_far(self) -> str:
         try:
-            best = best_trial(self.storage, self.study)
+            study = self.study
+            best = best_trial(self.storage, study.study_id, study.config.study.direction)
         except Exception:  # the progress line can do without it this time
             return self._best
         if best is None:

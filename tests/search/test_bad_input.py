@@ -1,7 +1,7 @@
 """Bad input, case by case: one line on stderr naming what is wrong, exit code 2, no traceback,
 and nothing written (read back from the storage afterwards).
 
-The cases run through `search.commands.cli.main` in this process (the same code the `hpsearch`
+The cases run through `search.commands.main` in this process (the same code the `hpsearch`
 program runs, minus the interpreter start); `test_cli.py` runs the program itself for a few of them.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from search.commands.cli import main as hpsearch
+from search.commands import main as hpsearch
 from tests.search.test_cli import SMALL
 
 PASSWORD = "s3cret-Pa55"

@@ -11,16 +11,16 @@ import optuna
 import pytest
 from optuna.artifacts import get_all_artifact_meta
 
-from search.commands.cli import main
-from search.compare.report import RunResult, TrialPoint, _plots, summarize
-from search.compare.run import (
+from search.commands import main
+from search.compare.plan import (
     CompareRequest,
     Strategy,
     grid_for_budget,
     parse_strategies,
     plan_compare,
-    prepare_studies,
 )
+from search.compare.report import RunResult, TrialPoint, _plots, summarize
+from search.compare.run import prepare_studies
 from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.worker.loop import Worker

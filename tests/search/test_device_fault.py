@@ -10,11 +10,11 @@ from typing import Any
 
 import optuna
 
-from search.commands.cli import _run_worker_processes, _WorkerOptions
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
 from search.study.config import parse_config
 from search.study.studies import create_study
+from search.worker.launcher import WorkerOptions, run_worker_processes
 from tests.conftest import REPO
 from tests.search.device_fault_task import ILLEGAL_ACCESS, POISON_X
 from tests.search.processes import WorkerProcess
@@ -84,12 +84,10 @@ def test_gpus_all_parent_restarts_a_child_that_exits_1(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    options = _WorkerOptions(
-        artifacts=None, grace_s=5.0, keep_checkpoints=False, device_memory=None
-    )
-    with caplog.at_level(logging.INFO, logger="hpsearch"):
+    options = WorkerOptions(artifacts=None, grace_s=5.0, keep_checkpoints=False, device_memory=None)
+    with caplog.at_level(logging.INFO, logger="search.worker.launcher"):
         # Two CPU children stand in for two GPUs: the parent's logic is the same.
-        code = _run_worker_processes(
+        code = run_worker_processes(
             pg_url, study_name, ["cpu", "cpu"], options, restart_failed=True
         )
     assert code == 0
@@ -107,10 +105,8 @@ def test_gpus_all_parent_restarts_a_child_that_exits_1(
 
 def test_a_child_that_exits_2_is_not_restarted(pg_url: str, monkeypatch: Any, caplog: Any) -> None:
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    options = _WorkerOptions(
-        artifacts=None, grace_s=5.0, keep_checkpoints=False, device_memory=None
-    )
-    with caplog.at_level(logging.INFO, logger="hpsearch"):
-        code = _run_worker_processes(pg_url, "no-such-study", ["cpu"], options, restart_failed=True)
+    options = WorkerOptions(artifacts=None, grace_s=5.0, keep_checkpoints=False, device_memory=None)
+    with caplog.at_level(logging.INFO, logger="search.worker.launcher"):
+        code = run_worker_processes(pg_url, "no-such-study", ["cpu"], options, restart_failed=True)
     assert code == 1
     assert not any("starting a new one" in r.getMessage() for r in caplog.records)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from search.commands.cli import main as hpsearch
+from search.commands import main as hpsearch
 from tests.terminal import run_on_a_terminal
 
 REPO = Path(__file__).resolve().parents[2]

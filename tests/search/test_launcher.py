@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from search.worker.local_gpus import CHILD_RESTARTS, child_plans, restart_delay, visible_gpus
+from search.worker.launcher import CHILD_RESTARTS, child_plans, restart_delay, visible_gpus
 
 UUIDS = "GPU-8f6c2a1e-0000-1111-2222-333344445555,GPU-11aa22bb-6666-7777-8888-9999aaaabbbb"
 

@@ -1,0 +1,134 @@
+"""`hpsearch compare`: the same search under several strategies at one budget, K repeats each,
+then a report (`search.compare`: plan, run, report)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from search.commands.common import (
+    add_storage_flags,
+    add_worker_flags,
+    positive_int,
+    storage_url,
+    worker_options,
+)
+from search.compare.plan import CompareRequest, parse_strategies, plan_compare
+from search.compare.report import attach_report, write_report
+from search.compare.run import (
+    prepare_studies,
+    run_local_workers,
+    run_logging_to_file,
+    run_studies,
+)
+from search.db.storage import open_storage
+from search.study.config import ConfigError, load_config
+from search.study.studies import StudyRef
+from search.worker.launcher import local_devices, run_worker
+from search.worker.preflight import check_device, check_task
+
+__all__ = ["add_parser", "cmd_compare"]
+
+
+def add_parser(sub: Any) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="the same search under several strategies at one budget, K repeats each: a report",
+        description="For every sampler x pruner, K repeats of the study at a budget of N trials, "
+        "each an ordinary study named <name>-<sampler>[-<pruner>]-r<k>; then DIR/report.md, "
+        "DIR/report.html, DIR/summary.json and PNG plots. Run it again to finish what is "
+        "unfinished. The grid gets the points per parameter that fill the budget (9 -> 3 x 3); "
+        "[grid] points is not used.",
+    )
+    compare.add_argument("config", help="study config (TOML)")
+    compare.add_argument(
+        "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
+    )
+    compare.add_argument(
+        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+    )
+    compare.add_argument("--budget", type=positive_int, required=True, help="trials per study")
+    compare.add_argument(
+        "--repeats", type=positive_int, default=5, help="studies per strategy (default: 5)"
+    )
+    compare.add_argument(
+        "--workers",
+        type=positive_int,
+        help="local workers per study (default: one per GPU, else 1)",
+    )
+    compare.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    compare.add_argument(
+        "--target",
+        type=float,
+        help="score that counts as reached for 'epochs to target' (default: the 25th "
+        "percentile of all runs' final bests, pooled over every strategy)",
+    )
+    add_storage_flags(compare)
+    add_worker_flags(compare, keep=False)
+    compare.set_defaults(handler=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Validate everything (ConfigError, exit 2, nothing written), create or find the studies,
+    run the unfinished ones, write the report and attach it to every study."""
+    options = worker_options(args)
+    url = storage_url(args)
+    devices = local_devices(args.workers)
+    for device in sorted(set(devices)):
+        check_device(device)
+    config = load_config(args.config)
+    strategies = parse_strategies(args.samplers, args.pruners, config)
+    runs = plan_compare(config, strategies, args.budget, args.repeats)
+    out_dir = Path(args.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir}: exists and is not a directory")
+    check_task(config)
+    storage = open_storage(url, create=True)
+    try:
+        refs = prepare_studies(storage, runs, getattr(args, "argv", None) or sys.argv[1:])
+    finally:
+        storage.close()
+    logs = out_dir / "logs"
+    print(
+        f"compare: {len(strategies)} strategies x {args.repeats} repeats of {args.budget} trials "
+        f"({len(runs)} studies named {config.study.name}-<strategy>-r<k>); worker logs in {logs}",
+        file=sys.stderr,
+    )
+
+    def run_study(ref: StudyRef) -> int:
+        log_path = logs / f"{ref.name}.log"
+        if len(devices) > 1:
+            return run_local_workers(url, ref.name, devices, options.argv(), log_path)
+        device = devices[0]
+        return run_logging_to_file(
+            lambda: run_worker(open_storage(url), ref.name, device, options), log_path
+        )
+
+    code = run_studies(url, runs, refs, run_study, repeats=args.repeats)
+    if code != 0:
+        print(
+            "compare: stopped before every study finished; the same command finishes them",
+            file=sys.stderr,
+        )
+        return code
+    request = CompareRequest(
+        config_path=str(args.config),
+        config=config,
+        strategies=tuple(strategies),
+        budget=args.budget,
+        repeats=args.repeats,
+        out_dir=out_dir,
+        target=args.target,
+    )
+    storage = open_storage(url)
+    try:
+        written = write_report(storage, request, runs, refs)
+        attach_report(storage, refs, written, options.artifacts)
+    finally:
+        storage.close()
+    print(f"compare: report in {written.markdown} and {written.html}")
+    for line in written.conclusions:
+        print(f"  {line}")
+    return 0

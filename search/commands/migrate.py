@@ -1,0 +1,73 @@
+"""`hpsearch migrate` (the one command that runs DDL; roles) and `hpsearch delete` (a study)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from search.commands.common import add_storage_flags, artifacts_dir, storage_url
+from search.db.migrate import check_schema, upgrade
+from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles
+from search.db.storage import open_storage
+from search.errors import EXIT_OK
+from search.monitor.workers import delete_study
+from search.study.studies import open_study
+from search.worker.artifacts import artifact_store_for, existing_directory
+
+__all__ = ["add_parser", "cmd_delete", "cmd_migrate"]
+
+
+def add_parser(sub: Any) -> None:
+    migrate = sub.add_parser(
+        "migrate",
+        help="bring Optuna's and hpsearch's tables up to date (the one command that runs DDL)",
+    )
+    add_storage_flags(migrate)
+    migrate.add_argument(
+        "--create-roles",
+        action="store_true",
+        help="also create the worker role (reads and writes rows, no DDL) and the read-only "
+        "viewer role; LOGIN with the password in $HPSEARCH_WORKER_PASSWORD / "
+        "$HPSEARCH_VIEWER_PASSWORD (or *_FILE), else NOLOGIN",
+    )
+    migrate.add_argument("--worker-role", default=WORKER_ROLE, help=f"(default: {WORKER_ROLE})")
+    migrate.add_argument("--viewer-role", default=VIEWER_ROLE, help=f"(default: {VIEWER_ROLE})")
+    migrate.set_defaults(handler=cmd_migrate)
+
+    delete = sub.add_parser(
+        "delete", help="delete a study: its trials, workers, leases and checkpoints"
+    )
+    delete.add_argument("--study", required=True, help="study name")
+    add_storage_flags(delete)
+    delete.add_argument(
+        "--artifacts",
+        help="the directory its workers kept checkpoints in, if any (default: "
+        "$HPSEARCH_ARTIFACTS, else the database, or DB.artifacts/ beside a SQLite file)",
+    )
+    delete.add_argument("--force", action="store_true", help="even while live workers are on it")
+    delete.set_defaults(handler=cmd_delete)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    storage = open_storage(storage_url(args), create=True)
+    roles = RoleNames(args.worker_role, args.viewer_role)
+    roles.check()
+    revision = upgrade(storage)
+    print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
+    if storage.is_postgres:
+        # Tables a migration added are granted to the roles that exist; --create-roles makes them.
+        for line in grant_roles(storage, roles, create=args.create_roles):
+            print(line)
+    elif args.create_roles:
+        print("--create-roles: a SQLite file has no roles; nothing to do")
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    storage = open_storage(storage_url(args))
+    check_schema(storage)
+    study = open_study(storage, args.study)
+    artifacts = artifacts_dir(args.artifacts)
+    store = artifact_store_for(storage, existing_directory(artifacts) if artifacts else None)
+    print(delete_study(storage, study, store, force=args.force))
+    return EXIT_OK

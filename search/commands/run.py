@@ -1,0 +1,89 @@
+"""`hpsearch run` (create the study, run local workers until it is done) and `hpsearch create`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from search.commands.common import (
+    PER_TRIAL_HELP,
+    add_storage_flags,
+    add_worker_flags,
+    positive_int,
+    storage_url,
+    worker_options,
+)
+from search.db.storage import Storage, open_storage
+from search.errors import EXIT_OK
+from search.monitor.progress import StudyProgress
+from search.monitor.status import format_best, study_status
+from search.sampling.setup import set_up_study
+from search.study.config import StudyConfig, load_config
+from search.study.studies import StudyRef, open_study
+from search.worker.launcher import (
+    check_devices,
+    local_devices,
+    run_worker,
+    run_worker_processes,
+)
+from search.worker.preflight import check_task
+
+__all__ = ["add_parser", "cmd_create", "cmd_run"]
+
+
+def add_parser(sub: Any) -> None:
+    run = sub.add_parser("run", help="create the study and run local workers until it is done")
+    run.add_argument("config", help="study config (TOML)")
+    run.add_argument(
+        "--workers", type=positive_int, help="local workers (default: one per GPU, else 1)"
+    )
+    add_storage_flags(run)
+    add_worker_flags(run)
+    run.add_argument("--gpus-per-trial", type=positive_int, metavar="K", help=PER_TRIAL_HELP)
+    run.set_defaults(handler=cmd_run)
+
+    create = sub.add_parser("create", help="create the study (idempotent)")
+    create.add_argument("config", help="study config (TOML)")
+    add_storage_flags(create)
+    create.set_defaults(handler=cmd_create)
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    check_task(config)
+    storage = open_storage(storage_url(args), create=True)
+    study, created = _create(storage, config, args.argv)
+    verb = "created" if created else "already exists, same config:"
+    print(f"study {study.name!r} {verb} in {storage.safe_url}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    check_task(config)
+    options = worker_options(args)
+    devices = local_devices(args.workers, per_trial=options.gpus_per_trial)
+    for device in sorted(set(devices)):
+        check_devices(device, options.gpus_per_trial)
+    url = storage_url(args)
+    storage = open_storage(url, create=True)
+    study, _ = _create(storage, config, args.argv)
+    if len(devices) == 1:
+        code = run_worker(storage, study.name, devices[0], options)
+    else:
+        on_gpus = all(d.startswith("cuda") for d in devices)
+        progress = StudyProgress(url, study.name) if sys.stderr.isatty() else None
+        code = run_worker_processes(
+            url, study.name, devices, options, restart_failed=on_gpus, progress=progress
+        )
+    status = study_status(storage, open_study(storage, study.name))
+    print(format_best(status))
+    return code
+
+
+def _create(
+    storage: Storage, config: StudyConfig, argv: Sequence[str] | None = None
+) -> tuple[StudyRef, bool]:
+    return set_up_study(storage, config, sys.argv[1:] if argv is None else argv)

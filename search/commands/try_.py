@@ -1,0 +1,42 @@
+"""`hpsearch try`: train one configuration by hand; nothing is written to a study."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from search.worker.trial_by_hand import try_config
+
+__all__ = ["add_parser", "cmd_try"]
+
+
+def add_parser(sub: Any) -> None:
+    try_ = sub.add_parser(
+        "try",
+        help="train one configuration by hand (nothing is written to a study)",
+        description="Train one configuration of a study config's task and print its metric per "
+        "epoch. Params not set take the middle of their range. Exit codes: 0 completed, 1 "
+        "diverged or failed, 2 bad input, 130 interrupted.",
+    )
+    try_.add_argument("config", metavar="CONFIG", help="study config (TOML)")
+    try_.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyperparameter from the config's [space] (repeatable)",
+    )
+    try_.add_argument("--epochs", type=int, help="epochs to train (default: task.epochs)")
+    try_.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    try_.add_argument("--seed", type=int, help="training seed (default: study.seed)")
+    try_.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="keep a checkpoint here and resume from it (same config and params)",
+    )
+    try_.set_defaults(handler=cmd_try)
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    return try_config(args)
