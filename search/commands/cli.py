@@ -17,7 +17,17 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from search.commands import compare, dashboard, estimate, migrate, run, status, try_, worker
+from search.commands import (
+    compare,
+    dashboard,
+    estimate,
+    migrate,
+    run,
+    status,
+    studies,
+    try_,
+    worker,
+)
 from search.commands.common import Parser
 from search.db.roles import refused_write
 from search.db.storage import StorageError
@@ -26,7 +36,7 @@ from search.study.config import ConfigError
 
 __all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "main"]
 
-COMMAND_MODULES = (run, worker, try_, status, dashboard, migrate, estimate, compare)
+COMMAND_MODULES = (run, worker, try_, status, studies, dashboard, migrate, estimate, compare)
 """The command modules, in the order `hpsearch --help` lists their commands."""
 
 
