@@ -21,8 +21,7 @@ def add_parser(sub: Any) -> None:
         "studies",
         help="every study: trials by state, best value, budget used, last activity",
         description="List every hpsearch study in the storage: trials by state, the best "
-        "value, the epochs budget used (when the config has one) and the last activity. "
-        "Exit codes: 0 listed; 2 bad storage URL or no database.",
+        "value, the epochs budget used (when the config has one) and the last activity.",
     )
     add_storage_flags(studies)
     studies.add_argument("--json", action="store_true", help="one JSON object")

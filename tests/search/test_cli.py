@@ -284,3 +284,31 @@ def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     # Two workers: one line for the study, redrawn under the workers' log lines.
     assert re.search(rf"\r\x1b\[K{study_name}-2: \d/4 finished \(\d pruned\), \d running", text)
     assert not re.search(r"\] trial \d+: epoch", text)  # the workers themselves draw nothing
+
+
+def test_every_command_says_what_it_does_and_its_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from search.commands import main
+    from search.commands.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"run", "worker", "status", "studies", "workers", "delete", "migrate"} <= set(
+        sub.choices
+    )
+    for name in sub.choices:
+        assert main([name, "--help"]) == 0
+        text = capsys.readouterr().out
+        usage, description = text.split("\n\n")[:2]
+        assert usage.startswith(f"usage: hpsearch {name}"), name
+        assert not description.lstrip().startswith(("-h", "options:")), (name, description)
+        assert "exit codes: 0 " in " ".join(text.split()), name
+
+
+def test_version(tmp_path: Path) -> None:
+    import tomllib
+
+    done = hpsearch("--version", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert done.stdout.strip() == f"hpsearch {version}"
