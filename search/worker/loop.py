@@ -325,7 +325,12 @@ class Worker:
                     break
                 # Fenced, and nobody took the trial meanwhile: go on with it here.
                 self._fenced, self._trial_stop = False, threading.Event()
-                run = dataclasses.replace(run, stop=self._trial_stop, reported=dict(reported))
+                run = dataclasses.replace(
+                    run,
+                    stop=self._trial_stop,
+                    reported=dict(reported),
+                    previous_worker=self.worker_id,  # resumed from its own checkpoint
+                )
             self._record(claim, run, outcome, time.monotonic() - started)
         except LeaseLost:
             self._lost = True

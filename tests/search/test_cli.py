@@ -154,8 +154,21 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     done = hpsearch("run", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "hpsearch.db").exists()
+    # It ends saying what happened, where the results are and what to run next.
+    lines = done.stdout.strip().splitlines()
+    assert lines[-4].startswith("study 'readme' finished: 2/2 trials ("), done.stdout
+    assert lines[-3].startswith("  best: trial ")
+    assert lines[-2] == (
+        f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints and reports: "
+        f"{tmp_path}/hpsearch.db.artifacts/"
+    ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints and reports: ")
+    assert lines[-1].startswith("next: hpsearch status --study readme (")
+    assert "hpsearch dashboard (" in lines[-1] and "hpsearch compare CONFIG" in lines[-1]
     again = hpsearch("run", str(config), cwd=tmp_path)  # the study is done: nothing to do
     assert again.returncode == 0 and "best: trial" in again.stdout
+    assert "study 'readme' was already finished: 2/2 trials" in again.stdout
+    assert "nothing was run: to search again, give the config a new study name" in again.stdout
+    assert "trial 0" not in again.stderr  # no trial ran
     assert (
         len(
             optuna.load_study(
