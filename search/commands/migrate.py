@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import sqlalchemy as sa
+
 from search.commands.common import add_storage_flags, artifacts_dir, storage_url
-from search.db.migrate import check_schema, upgrade
+from search.db.migrate import check_schema, current_revision, upgrade
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles
-from search.db.storage import open_storage
+from search.db.storage import Storage, open_storage
 from search.errors import EXIT_OK
 from search.monitor.workers import delete_study
 from search.study.studies import open_study
@@ -52,8 +54,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     storage = open_storage(storage_url(args), create=True)
     roles = RoleNames(args.worker_role, args.viewer_role)
     roles.check()
+    before, tables_before = current_revision(storage), _table_count(storage)
     revision = upgrade(storage)
-    print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
+    created = _table_count(storage) - tables_before
+    if before is None and tables_before == 0:
+        done = f"created Optuna's schema and hpsearch's tables ({created} tables)"
+    elif before != revision:
+        done = f"upgraded hpsearch's tables from revision {before or 'none'} to {revision}"
+        done += f", {created} tables created" if created else ""
+    elif created:
+        done = f"created {created} missing tables"
+    else:
+        done = "nothing to change"
+    print(
+        f"{storage.safe_url}: {done}; Optuna's schema and hpsearch's tables are up to date "
+        f"({revision})"
+    )
     if storage.is_postgres:
         # Tables a migration added are granted to the roles that exist; --create-roles makes them.
         for line in grant_roles(storage, roles, create=args.create_roles):
@@ -61,6 +77,19 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     elif args.create_roles:
         print("--create-roles: a SQLite file has no roles; nothing to do")
     return EXIT_OK
+
+
+def _table_count(storage: Storage) -> int:
+    """Tables in the database (every schema but the system's)."""
+    with storage.engine.connect() as conn:
+        if storage.is_postgres:
+            query = (
+                "SELECT count(*) FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            )
+        else:
+            query = "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+        return int(conn.execute(sa.text(query)).scalar_one())
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
