@@ -359,17 +359,16 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
         )
     )
     assert "1 live worker" in line and "--force" in line
-    done = hpsearch(
-        "delete",
-        "--study",
-        study_name,
-        "--force",
-        "--storage",
-        url,
-        "--artifacts",
-        str(files),
-        cwd=tmp_path,
+    args = ["delete", "--study", study_name, "--force", "--storage", url, "--artifacts", str(files)]
+    # Not on a terminal, it cannot ask: it says what would go and deletes nothing.
+    line = one_line_error(hpsearch(*args, cwd=tmp_path))
+    assert line == (
+        f"hpsearch: error: delete would remove study {study_name!r} from {url}: 1 trials "
+        f"(1 running), 2 worker records, its leases and its checkpoints ({files}/): pass --yes "
+        "to delete without asking"
     )
+    assert list(files.glob(f"{ref.uid}-*"))
+    done = hpsearch(*args, "--yes", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"study {study_name!r} deleted" in done.stdout
     assert not list(files.glob(f"{ref.uid}-*"))
