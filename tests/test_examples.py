@@ -45,3 +45,32 @@ def test_readme_main_job(tmp_path: Path) -> None:
     assert len(study.trials) == 20
     assert study.best_value > 0.9  # the best of 20 tuned CNNs classifies digits well
     assert f"best: trial {study.best_trial.number}" in done.stdout
+
+
+def test_readme_says_how_to_skip_the_cuda_download_before_the_first_command() -> None:
+    """A reader going top to bottom learns about the CPU build of torch before the first
+    command downloads the CUDA one; the two commands stay the first code lines."""
+    text = (REPO / "README.md").read_text()
+    cpu_build = text.index("pip install torch --index-url https://download.pytorch.org/whl/cpu")
+    block = text.index("```bash\n")
+    assert cpu_build < block
+    first, second = text[block:].splitlines()[1:3]
+    assert first == "pip install -e . && hpsearch run examples/digits.toml"
+    assert second == "pip install -e '.[test]' && python -m pytest"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "hpsearch.db",
+        "hpsearch.db-wal",
+        "hpsearch.db.artifacts/0f3a-1-9c2e.pt",  # the default checkpoints of SQLite studies
+        "grid_vs_random/report.md",  # examples/grid_vs_random.toml's --out
+        "examples/hpsearch.db",
+    ],
+)
+def test_default_outputs_stay_out_of_git_status(path: str) -> None:
+    done = subprocess.run(
+        ["git", "check-ignore", "--no-index", "-q", path], cwd=REPO, capture_output=True
+    )
+    assert done.returncode == 0, f"{path} would show in git status"

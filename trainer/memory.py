@@ -457,7 +457,7 @@ class _DryRun:
                 self.fake_device = "cuda"
             else:
                 self.notes.append(
-                    "this torch has no CUDA: fake CPU tensors stand in for the GPU's, with the "
+                    f"{_why_no_cuda()}: fake CPU tensors stand in for the GPU's, with the "
                     "CPU's autocast (it casts the same matmuls, linears and convolutions)"
                 )
         self.fake_mode: Any = None  # made on the first measurement
@@ -691,6 +691,13 @@ class _StorageTracker(TorchDispatchMode):
             if isinstance(value, torch.Tensor):
                 self.watch(value)
         return out
+
+
+def _why_no_cuda() -> str:
+    """Why `torch.cuda.is_available()` is False here, in words."""
+    if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+        return "this torch has no CUDA (a CPU-only build)"
+    return "no GPU is visible to this process (a CUDA build of torch, but no usable device)"
 
 
 def _fake_model(model: torch.nn.Module, fake_mode: Any, device: str) -> None:

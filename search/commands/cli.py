@@ -11,11 +11,13 @@ unknown study); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from search.commands import (
     compare,
@@ -26,6 +28,7 @@ from search.commands import (
     run,
     slurm,
     status,
+    studies,
     try_,
     worker,
 )
@@ -35,13 +38,14 @@ from search.db.storage import StorageError
 from search.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, RuntimeFailure
 from search.study.config import ConfigError
 
-__all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "main"]
+__all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "installed_version", "main"]
 
 COMMAND_MODULES = (
     run,
     worker,
     try_,
     status,
+    studies,
     dashboard,
     migrate,
     estimate,
@@ -58,10 +62,51 @@ def build_parser() -> argparse.ArgumentParser:
         description="Hyperparameter search for PyTorch training on one or many GPU machines.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"hpsearch {installed_version()}",
+        help="the installed version",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMAND_MODULES:
         module.add_parser(sub)
+    _describe_every_command(sub)
     return parser
+
+
+EXIT_CODES = {
+    "dashboard": "exit codes: 0 stopped (Ctrl-C or SIGTERM); 2 bad input (host, port, storage)",
+    "status": "exit codes: 0 done (--watch: the study finished, or Ctrl-C/SIGTERM); 2 bad input "
+    "(unknown study, storage URL, unreachable database)",
+    "worker": "exit codes: 0 the study is done, or SIGTERM (the trial handed back); 1 runtime "
+    "failure (this machine cannot train, the database or study is gone); 2 bad input (unknown "
+    "study, device, storage URL); 130 Ctrl-C (the trial handed back)",
+}
+"""Each command's exit codes, where they differ from `DEFAULT_EXIT_CODES`."""
+DEFAULT_EXIT_CODES = (
+    "exit codes: 0 done; 1 runtime failure; 2 bad input (config, arguments, storage URL, "
+    "unreachable database, unknown study); 130 interrupted"
+)
+
+
+def _describe_every_command(sub: Any) -> None:
+    """Every subcommand's --help opens with what it does and ends with its exit codes."""
+    helps = {action.dest: action.help for action in sub._choices_actions}
+    for name, command in sub.choices.items():
+        if command.description is None and helps.get(name):
+            what = helps[name]
+            command.description = what[0].upper() + what[1:] + "."
+        if command.epilog is None:
+            command.epilog = EXIT_CODES.get(name, DEFAULT_EXIT_CODES)
+
+
+def installed_version() -> str:
+    """The installed distribution's version (pyproject's, once `pip install` has run)."""
+    try:
+        return importlib.metadata.version("hpsearch")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed: run from a source tree)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

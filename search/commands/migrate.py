@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+import sqlalchemy as sa
+
 from search.commands.common import add_storage_flags, artifacts_dir, storage_url
-from search.db.migrate import check_schema, upgrade
+from search.db.liveness import live_workers
+from search.db.migrate import check_schema, current_revision, upgrade
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles
-from search.db.storage import open_storage
+from search.db.storage import Storage, open_storage
+from search.db.tables import workers
 from search.errors import EXIT_OK
+from search.monitor.run_summary import artifacts_place
+from search.monitor.status import study_status
 from search.monitor.workers import delete_study
-from search.study.studies import open_study
+from search.study.config import ConfigError
+from search.study.studies import StudyRef, open_study
 from search.worker.artifacts import artifact_store_for, existing_directory
 
 __all__ = ["add_parser", "cmd_delete", "cmd_migrate"]
@@ -45,6 +53,9 @@ def add_parser(sub: Any) -> None:
         "$HPSEARCH_ARTIFACTS, else the database, or DB.artifacts/ beside a SQLite file)",
     )
     delete.add_argument("--force", action="store_true", help="even while live workers are on it")
+    delete.add_argument(
+        "--yes", action="store_true", help="do not ask (needed where stdin is not a terminal)"
+    )
     delete.set_defaults(handler=cmd_delete)
 
 
@@ -52,8 +63,22 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     storage = open_storage(storage_url(args), create=True)
     roles = RoleNames(args.worker_role, args.viewer_role)
     roles.check()
+    before, tables_before = current_revision(storage), _table_count(storage)
     revision = upgrade(storage)
-    print(f"{storage.safe_url}: Optuna's schema and hpsearch's tables are up to date ({revision})")
+    created = _table_count(storage) - tables_before
+    if before is None and tables_before == 0:
+        done = f"created Optuna's schema and hpsearch's tables ({created} tables)"
+    elif before != revision:
+        done = f"upgraded hpsearch's tables from revision {before or 'none'} to {revision}"
+        done += f", {created} tables created" if created else ""
+    elif created:
+        done = f"created {created} missing tables"
+    else:
+        done = "nothing to change"
+    print(
+        f"{storage.safe_url}: {done}; Optuna's schema and hpsearch's tables are up to date "
+        f"({revision})"
+    )
     if storage.is_postgres:
         # Tables a migration added are granted to the roles that exist; --create-roles makes them.
         for line in grant_roles(storage, roles, create=args.create_roles):
@@ -63,11 +88,54 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _table_count(storage: Storage) -> int:
+    """Tables in the database (every schema but the system's)."""
+    with storage.engine.connect() as conn:
+        if storage.is_postgres:
+            query = (
+                "SELECT count(*) FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            )
+        else:
+            query = "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+        return int(conn.execute(sa.text(query)).scalar_one())
+
+
 def cmd_delete(args: argparse.Namespace) -> int:
     storage = open_storage(storage_url(args))
     check_schema(storage)
     study = open_study(storage, args.study)
     artifacts = artifacts_dir(args.artifacts)
     store = artifact_store_for(storage, existing_directory(artifacts) if artifacts else None)
+    if not args.force and live_workers(storage, study.study_id):
+        delete_study(storage, study, store)  # refuses, naming the live workers
+    what = _what_goes(storage, study, artifacts)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError(f"delete would remove {what}: pass --yes to delete without asking")
+        answer = input(f"This removes {what}.\nDelete it? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return EXIT_OK
     print(delete_study(storage, study, store, force=args.force))
     return EXIT_OK
+
+
+def _what_goes(storage: Storage, study: StudyRef, artifacts: str | None) -> str:
+    """What deleting `study` removes, in words."""
+    status = study_status(storage, study)
+    trials = sum(status[k] for k in ("complete", "pruned", "failed", "running", "waiting"))
+    with storage.read() as conn:
+        registered = conn.execute(
+            sa.select(sa.func.count()).where(workers.c.study_id == study.study_id)
+        ).scalar_one()
+    by_state = ", ".join(
+        f"{status[k]} {k}"
+        for k in ("complete", "pruned", "failed", "running", "waiting")
+        if status[k]
+    )
+    return (
+        f"study {study.name!r} from {storage.safe_url}: {trials} trials"
+        f"{f' ({by_state})' if by_state else ''}, {registered} worker records, its leases and "
+        f"its checkpoints ({artifacts_place(storage, artifacts)})"
+    )

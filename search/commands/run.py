@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,8 @@ from search.commands.common import (
 from search.db.storage import Storage, open_storage
 from search.errors import EXIT_OK
 from search.monitor.progress import StudyProgress
-from search.monitor.status import format_best, study_status
+from search.monitor.run_summary import is_finished, run_summary
+from search.monitor.status import study_status
 from search.sampling.setup import set_up_study
 from search.study.config import StudyConfig, load_config
 from search.study.studies import StudyRef, open_study
@@ -70,6 +72,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = storage_url(args)
     storage = open_storage(url, create=True)
     study, _ = _create(storage, config, args.argv)
+    default_storage = args.storage is None and not os.environ.get("HPSEARCH_STORAGE")
+    before = study_status(storage, study)
+    if is_finished(before):
+        summary = run_summary(
+            before, storage, options.artifacts, default_storage=default_storage, already=True
+        )
+        print(summary)
+        return EXIT_OK
     if len(devices) == 1:
         code = run_worker(storage, study.name, devices[0], options)
     else:
@@ -79,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             url, study.name, devices, options.argv(), restart_failed=on_gpus, progress=progress
         )
     status = study_status(storage, open_study(storage, study.name))
-    print(format_best(status))
+    print(run_summary(status, storage, options.artifacts, default_storage=default_storage))
     return code
 
 

@@ -141,7 +141,7 @@ def write_plots(
                     )
             if param.log:
                 ax.set_xscale("log")
-            ax.set_xlim(param.low, param.high)
+            ax.set_xlim(*param_axis_limits(param.low, param.high, log=param.log))
             if target is not None:
                 ax.axhline(target, color="grey", lw=0.8, ls="--")
             ax.set_title(label)
@@ -167,7 +167,26 @@ def _band(ax: Any, x: Any, curves: Any, color: Any, label: str) -> None:
     ax.fill_between(x, low, high, color=color, alpha=0.18, linewidth=0)
 
 
+PARAM_AXIS_MARGIN = 0.04
+"""Share of a parameter axis left free at each end, so that points at the range's ends (grid
+points, always) are drawn whole instead of cut in half by the frame."""
+
+
+def param_axis_limits(low: float, high: float, *, log: bool) -> tuple[float, float]:
+    """A parameter axis from `low` to `high` with `PARAM_AXIS_MARGIN` free at each end (on a
+    log axis, a share of the decades)."""
+    if log:
+        factor = (high / low) ** PARAM_AXIS_MARGIN
+        return low / factor, high * factor
+    pad = (high - low) * PARAM_AXIS_MARGIN
+    return low - pad, high + pad
+
+
 def _finish_axes(ax: Any, xlabel: str, metric: str, target: float | None) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    # Trials and epochs are counted: no tick at 1.5 trials.
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if target is not None:
         ax.axhline(target, color="grey", lw=0.8, ls="--", label=f"target {target:.4g}")
     ax.set_xlabel(xlabel)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from search.db.crash_budget import record_failed_attempt
+from search.db.gone import StudyGone
 from search.db.leases import Claim, holds, release
 from search.db.statements import db_now
 from search.db.storage import Storage
@@ -70,9 +71,15 @@ def register(storage: Storage, worker: WorkerInfo) -> None:
 
 
 def heartbeat(storage: Storage, worker_id: str, claim: Claim | None) -> bool:
-    """Record that the worker is alive; False if it no longer holds `claim`."""
+    """Record that the worker is alive; False if it no longer holds `claim`.
+
+    Raises `StudyGone` when the worker's row is gone: its study was deleted (which deletes
+    the study's workers, `search.monitor.workers.delete_study` and migration 0004).
+    """
     with storage.transaction() as conn:
-        conn.execute(_heartbeat_statement(conn.dialect.name), {"beating": worker_id})
+        beat = conn.execute(_heartbeat_statement(conn.dialect.name), {"beating": worker_id})
+        if beat.rowcount == 0:
+            raise StudyGone("the study was deleted from the storage")
         return claim is None or holds(conn, claim)
 
 

@@ -80,7 +80,7 @@ def next_promotable(
     in the database (one query, one row back, whatever the study's size): of the paused trials
     ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
     at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
-    last. `tests/search/test_promotion.py` checks it picks what `RungTable.next_to_resume` picks.
+    last. `tests/search/pruning/test_promotion.py` checks it picks what `RungTable.next_to_resume` picks.
     """
     with storage.autocommit() as conn:
         row = conn.execute(

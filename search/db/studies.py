@@ -12,7 +12,13 @@ from sqlalchemy.engine import Row
 from search.db.storage import Storage
 from search.db.tables import studies, study_system_attributes, trials
 
-__all__ = ["CONFIG_ATTR", "UID_ATTR", "find_study_row", "studies_with_more_trials_than"]
+__all__ = [
+    "CONFIG_ATTR",
+    "UID_ATTR",
+    "find_study_row",
+    "studies_with_more_trials_than",
+    "study_names",
+]
 
 CONFIG_ATTR = "hpsearch:config"
 """Study system attribute holding the canonical config JSON."""
@@ -25,6 +31,15 @@ def find_study_row(storage: Storage, name: str) -> Row[Any] | None:
     such attribute), or None if there is none."""
     with storage.autocommit() as conn:
         return conn.execute(_find_statement(), {"study_name": name}).first()
+
+
+def study_names(storage: Storage) -> list[str]:
+    """Every study's name (none if the storage has no tables yet)."""
+    try:
+        with storage.autocommit() as conn:
+            return list(conn.execute(sa.select(studies.c.study_name)).scalars())
+    except sa.exc.DBAPIError:
+        return []
 
 
 def studies_with_more_trials_than(storage: Storage, limit: int) -> list[tuple[str, int]]:

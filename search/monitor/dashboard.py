@@ -21,13 +21,10 @@ import contextlib
 import gzip
 import ipaddress
 import logging
-import signal
 import socket
 import sys
-import threading
 from collections.abc import Iterator
 from socketserver import ThreadingMixIn
-from types import FrameType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -37,6 +34,7 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
+from search.monitor.stopping import stop_on_signals
 from search.worker.artifacts import artifact_store_for, existing_directory
 
 __all__ = [
@@ -245,41 +243,48 @@ def open_dashboard(url: str, host: str, port: int, artifacts: str | None) -> Das
 
 def serve(url: str, host: str, port: int, artifacts: str | None) -> int:
     """`hpsearch dashboard`: serve until Ctrl-C or SIGTERM; returns 0 (stopped cleanly)."""
-    with _password_hidden_in_logs(url):
-        dashboard = open_dashboard(url, host, port, artifacts)
-        storage = dashboard.storage
-        where = _artifacts_description(storage, artifacts)
+    with _password_hidden_in_logs(url), stop_on_signals():
+        try:
+            dashboard = open_dashboard(url, host, port, artifacts)
+        except KeyboardInterrupt:  # stopped while starting: nothing to close
+            print("dashboard stopped", file=sys.stderr)
+            return 0
+        try:
+            _announce(dashboard, host, artifacts)
+            dashboard.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            dashboard.close()
+        print("dashboard stopped", file=sys.stderr)
+    return 0
+
+
+def _announce(dashboard: DashboardServer, host: str, artifacts: str | None) -> None:
+    storage = dashboard.storage
+    where = _artifacts_description(storage, artifacts)
+    print(
+        f"optuna-dashboard on {dashboard.url} (studies: {storage.safe_url}; artifacts: "
+        f"{where}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    if dashboard.read_only:
         print(
-            f"optuna-dashboard on {dashboard.url} (studies: {storage.safe_url}; artifacts: "
-            f"{where}); Ctrl-C stops it",
+            "read-only: this database role cannot write, so the dashboard only shows "
+            "studies (notes, uploads, edits and deletes will fail)",
             file=sys.stderr,
             flush=True,
         )
-        if dashboard.read_only:
-            print(
-                "read-only: this database role cannot write, so the dashboard only shows "
-                "studies (notes, uploads, edits and deletes will fail)",
-                file=sys.stderr,
-                flush=True,
-            )
-        for name, n in large_studies(storage):
-            print(
-                f"study {name!r} has {n} trials: its page loads every trial at once and may "
-                f"take minutes to draw (more than {LARGE_STUDY_TRIALS} trials; README: Large "
-                f"studies); `hpsearch status --study {name}` answers at once",
-                file=sys.stderr,
-            )
-        if not is_loopback(host):
-            print(NO_AUTH_WARNING.format(where=f"{host}:{dashboard.port}"), file=sys.stderr)
-        with _stop_on_signals(dashboard):
-            try:
-                dashboard.serve_forever()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                dashboard.close()
-        print("dashboard stopped", file=sys.stderr)
-    return 0
+    for name, n in large_studies(storage):
+        print(
+            f"study {name!r} has {n} trials: its page loads every trial at once and may "
+            f"take minutes to draw (more than {LARGE_STUDY_TRIALS} trials; README: Large "
+            f"studies); `hpsearch status --study {name}` answers at once",
+            file=sys.stderr,
+        )
+    if not is_loopback(host):
+        print(NO_AUTH_WARNING.format(where=f"{host}:{dashboard.port}"), file=sys.stderr)
 
 
 def is_loopback(host: str) -> bool:
@@ -317,23 +322,6 @@ def _password_hidden_in_logs(url: str) -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(hide)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(dashboard: DashboardServer) -> Iterator[None]:
-    """SIGTERM (docker stop, systemd) stops the server as Ctrl-C does."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def port_number(text: str) -> int:

@@ -24,6 +24,7 @@ from typing import TextIO
 from search.db.storage import Storage, is_transient
 from search.errors import first_line
 from search.monitor.status import StudyStatus, format_budget, study_status
+from search.monitor.stopping import stop_on_signals
 from search.study.studies import StudyRef
 
 __all__ = ["DEFAULT_INTERVAL_S", "format_live", "watch"]
@@ -42,19 +43,20 @@ def watch(
     out = out or sys.stdout
     view = _TerminalView(out) if out.isatty() else _LinesView(out)
     try:
-        while True:
-            try:
-                status = study_status(storage, study)
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                view.unreachable(first_line(exc))
-            else:
-                view.show(status)
-                if status.done:
-                    view.close("study finished")
-                    return 0
-            time.sleep(interval_s)
+        with stop_on_signals():  # Ctrl-C or SIGTERM: a clean stop, exit 0
+            while True:
+                try:
+                    status = study_status(storage, study)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    view.unreachable(first_line(exc))
+                else:
+                    view.show(status)
+                    if status.done:
+                        view.close("study finished")
+                        return 0
+                time.sleep(interval_s)
     except KeyboardInterrupt:
         view.close("stopped")
         return 0

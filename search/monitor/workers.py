@@ -4,6 +4,8 @@ deleting a study with everything hpsearch keeps for it (`hpsearch delete`).
 A worker is *alive* while it heartbeats within its grace period, *lost* once it has been silent
 for longer (its trial goes back to the queue, `search.db.liveness.reap`), and *stopped* once it
 exited and said so. Times are the database's clock, so heartbeat ages agree across machines.
+Workers lost for longer than `LOST_SHOWN_FOR_S` (a machine that went away for good) are listed
+only with stopped ones (`--all`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore
 from search.worker.provenance import launched_by_label
 
-__all__ = ["FleetWorker", "delete_study", "format_workers", "list_workers", "workers_json"]
+__all__ = [
+    "LOST_SHOWN_FOR_S",
+    "FleetWorker",
+    "delete_study",
+    "format_workers",
+    "list_workers",
+    "workers_json",
+]
+
+LOST_SHOWN_FOR_S = 86400.0
+"""A lost worker is listed for a day after its last heartbeat; after that only with --all."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,10 @@ class FleetWorker:
 def list_workers(
     storage: Storage, *, study_id: int | None = None, include_stopped: bool = False
 ) -> list[FleetWorker]:
-    """Every worker (of one study), alive ones first, then lost, then stopped, newest first."""
+    """Every worker (of one study), alive ones first, then lost, then stopped, newest first.
+
+    Without `include_stopped` (`--all`): neither stopped workers nor those lost for longer
+    than `LOST_SHOWN_FOR_S`."""
     listed = []
     rows = read_workers(storage, study_id)
     for row in rows:
@@ -59,7 +74,8 @@ def list_workers(
             state = "stopped"
         else:
             state = "alive" if age <= row.grace_s else "lost"
-        if state == "stopped" and not include_stopped:
+        old = state == "lost" and age > LOST_SHOWN_FOR_S
+        if (state == "stopped" or old) and not include_stopped:
             continue
         listed.append(
             FleetWorker(

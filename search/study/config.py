@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from search.db.storage import mask_url
+from search.study.limits import storage_problem
 from search.study.space import (
     CategoricalParam,
     FloatParam,
@@ -340,6 +341,9 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
             "(sampler = grid would repeat points); lower n_trials or add [grid] points"
         )
     _check_batch_sizes(space, train)
+    refused = storage_problem(study.name, study.metric, (p.name for p in space))
+    if refused is not None:
+        raise ConfigError(refused)
     return config
 
 

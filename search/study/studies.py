@@ -6,6 +6,7 @@ worker's study name is an error, never a new empty study.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
@@ -17,7 +18,7 @@ import optuna
 import sqlalchemy as sa
 
 from search.db.storage import Storage, StorageError
-from search.db.studies import CONFIG_ATTR, UID_ATTR, find_study_row
+from search.db.studies import CONFIG_ATTR, UID_ATTR, find_study_row, study_names
 from search.study.config import ConfigError, StudyConfig
 
 __all__ = [
@@ -112,8 +113,11 @@ def open_study(storage: Storage, name: str) -> StudyRef:
             raise
         study = None
     if study is None:
-        raise StorageError(
-            f"no hpsearch study named {name!r} in {storage.safe_url}: "
-            "create it first with `hpsearch create CONFIG`"
+        close = difflib.get_close_matches(name, study_names(storage), n=1, cutoff=0.6)
+        then = (
+            f"did you mean {close[0]!r}? (`hpsearch studies` lists them)"
+            if close
+            else "create it first with `hpsearch create CONFIG`"
         )
+        raise StorageError(f"no hpsearch study named {name!r} in {storage.safe_url}: {then}")
     return study

@@ -13,7 +13,11 @@ Database outages: every statement is retried with backoff. While the database is
 goes on; reports are kept and written when it is back (pruning decisions resume then), and a
 trial's end is written once the database answers. A worker declared dead during the outage loses
 nothing: the trial's new owner resumes from the latest checkpoint, and this worker's writes are
-refused by the lease (fencing), so no trial is recorded twice.
+refused by the lease (fencing), so no trial is recorded twice. A worker that has not reached the
+database for most of its grace period stops its trial itself before anyone may take it over
+(`search.worker.self_fence`), and goes on with it if it still holds it once the database
+answers (else the worker that took it over resumes it); one whose database
+or study is gone for good (dropped, renamed, deleted) stops with one line, exit 1.
 
 Signals: SIGTERM (a spot instance's notice) and Ctrl-C checkpoint the running trial at its next
 step, hand it back to the queue as resumable, and exit (0 for SIGTERM, 130 for Ctrl-C). A second
@@ -22,6 +26,7 @@ Ctrl-C exits at once; the trial is then handed back by the reaper after the grac
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -38,6 +43,7 @@ from typing import Any, TypeVar
 from optuna.distributions import json_to_distribution
 
 from search.db import claims, fenced_writes, liveness, pauses, trial_rows
+from search.db.gone import gone_reason
 from search.db.leases import Claim, LeaseLost
 from search.db.status import best_trial
 from search.db.storage import Storage, is_transient, retry
@@ -50,9 +56,11 @@ from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
+from search.worker.cpu_share import share_cpu_threads
 from search.worker.pause import Promoter, StudyLimits
 from search.worker.provenance import launched_by
 from search.worker.report_writer import ReportWriter
+from search.worker.self_fence import LeaseWatchdog
 from search.worker.tracked import TrialTracking
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
@@ -123,6 +131,9 @@ class Worker:
         self._sampler_thread: threading.Thread | None = None
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
+        self._fenced = False  # the running trial was stopped here: no heartbeat got through
+        self._gone: str | None = None  # the database or the study is gone for good
+        self._watchdog = LeaseWatchdog(grace_s, on_expired=self._self_fence)
         self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
         # Budgets and promotion-based ASHA (search/worker/pause.py); None: not configured.
         self._limits = StudyLimits(storage, study) if self.config.study.has_budget else None
@@ -135,6 +146,7 @@ class Worker:
         )
         self.trials_run = 0
         self._tracking = TrialTracking(study, worker_id=self.worker_id, device=device)
+        self._threads: int | None = None  # CPU threads of this worker's share of the machine
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -160,7 +172,10 @@ class Worker:
             grace_s=self.grace_s,
             launched_by=launched_by(),
         )
+        registering = time.monotonic()
         self._retry(lambda: liveness.register(self.storage, me), "register worker")
+        self._watchdog.renewed(registering)
+        self._watchdog.start()
         logger.info(
             "worker %s joined study %r on %s (device %s, grace %.0f s)",
             self.worker_id,
@@ -178,13 +193,20 @@ class Worker:
                 if claim is None:
                     break
                 self._run_claim(claim)
+            if self._gone is not None:
+                raise RuntimeFailure(self._gone)
             if self._stop.is_set():
                 reason = "SIGTERM" if self._stop_signal == signal.SIGTERM else "interrupted"
         except BaseException as exc:
             reason = f"error: {type(exc).__name__}"
+            gone = gone_reason(exc) if isinstance(exc, Exception) else None
+            if gone is not None and not isinstance(exc, RuntimeFailure):
+                self._give_up(gone)
+                raise RuntimeFailure(self._gone or gone) from exc
             raise
         finally:
             self._stop.set()
+            self._watchdog.stop()
             beat.join(timeout=5)
             self._reports.close()
             if self._pruner is not None:
@@ -192,11 +214,12 @@ class Worker:
             if self._sampler_thread is not None:
                 self._sampler_thread.join(timeout=30)
             try:
-                self._retry(
-                    lambda: liveness.unregister(self.storage, self.worker_id, reason),
-                    "unregister",
-                    attempts=3,
-                )
+                if self._gone is None:  # else there is nothing left to write to
+                    self._retry(
+                        lambda: liveness.unregister(self.storage, self.worker_id, reason),
+                        "unregister",
+                        attempts=3,
+                    )
             except Exception:  # the reaper treats a silent worker the same way
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
@@ -352,12 +375,15 @@ class Worker:
         return float("inf") if depth is None else depth
 
     def _run_claim(self, claim: Claim) -> None:
-        self._claim, self._lost = claim, False
+        self._claim, self._lost, self._fenced = claim, False, False
         self._stop_reason, self._paused_at, self._run_now = None, None, None
         self._trial_stop = threading.Event()
         if self._stop.is_set():
             self._trial_stop.set()
         try:
+            if time.monotonic() - self._watchdog.renewed_at > 2 * self._heartbeat_s:
+                self._retry(self._beat, "heartbeat")  # e.g. right after an outage
+            self._share_cores()
             params, reported, previous = self._retry(lambda: self._load_trial(claim), "read")
             if self._rungs != []:
                 self._retry(
@@ -395,11 +421,22 @@ class Worker:
             if self._progress:
                 self._best = self._best_so_far()
             self._show(claim.number, None, None)
-            try:
-                outcome = self._run_trial(run)
-            except Exception as exc:  # a bug in the trial function: record it, keep working
-                logger.exception("trial %d failed", claim.number)
-                outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+            while True:
+                try:
+                    outcome = self._run_trial(run)
+                except Exception as exc:  # a bug in the trial function: record it, keep working
+                    logger.exception("trial %d failed", claim.number)
+                    outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
+                if not (self._fenced and outcome.status == "preempted" and self._still_held(claim)):
+                    break
+                # Fenced, and nobody took the trial meanwhile: go on with it here.
+                self._fenced, self._trial_stop = False, threading.Event()
+                run = dataclasses.replace(
+                    run,
+                    stop=self._trial_stop,
+                    reported=dict(reported),
+                    previous_worker=self.worker_id,  # resumed from its own checkpoint
+                )
             self._record(claim, run, outcome, time.monotonic() - started)
         except LeaseLost:
             self._lost = True
@@ -418,6 +455,8 @@ class Worker:
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
+        if self._gone is not None:
+            raise RuntimeFailure(self._gone)
         # An epoch reserved and not trained goes back while the trial still runs: no worker
         # takes the study's budget for spent before it is.
         self._give_back_epoch()
@@ -439,7 +478,9 @@ class Worker:
                     self.storage, claim, {"hpsearch:handed_back_by": self.worker_id}, leftover
                 ),
                 "hand the trial back",
-                attempts=5,
+                # Self-fenced: the database is away; hand it back when it answers (the lease
+                # refuses it if another worker has taken the trial over meanwhile).
+                attempts=None if self._fenced else 5,
             )
             logger.info("trial %d: checkpointed and handed back for another worker", claim.number)
             return
@@ -701,24 +742,31 @@ class Worker:
                 self._trial_lost(claim)
                 raise
 
-        return TrialCheckpoints(
+        return _WatchedCheckpoints(
             self.artifacts,
             self.storage,
             claim,
             self.study,
             before_publish=flush_reports,
+            on_error=self._db_down,
         )
 
     # -- liveness ---------------------------------------------------------------------------
 
+    def _beat(self) -> bool:
+        """One heartbeat; False if this worker no longer holds its trial."""
+        claim, sent = self._claim, time.monotonic()
+        holds = liveness.heartbeat(self.storage, self.worker_id, claim)
+        self._watchdog.renewed(sent)
+        if claim is not None and not holds:
+            self._trial_lost(claim)
+        return holds
+
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._heartbeat_s * (0.8 + 0.4 * random.random())):
-            claim = self._claim
             try:
-                holds = liveness.heartbeat(self.storage, self.worker_id, claim)
+                self._beat()
                 self._db_back()
-                if claim is not None and not holds:
-                    self._trial_lost(claim)
                 max_attempts = self.config.study.max_attempts
                 for reaped in liveness.reap(self.storage, self.study.study_id, max_attempts):
                     if reaped.failed:
@@ -737,9 +785,58 @@ class Worker:
                         reaped.number,
                     )
             except Exception as exc:
-                if not is_transient(exc):
+                if not is_transient(exc) and gone_reason(exc) is None:
                     logger.exception("heartbeat failed")
                 self._db_down(exc, "heartbeat")
+
+    def _share_cores(self) -> None:
+        """This worker's share of the machine's CPU threads (`search.worker.cpu_share`)."""
+        try:
+            threads = share_cpu_threads(self.storage, self.hostname)
+        except Exception as exc:  # the share is looked at again before the next trial
+            if not is_transient(exc):
+                raise
+            return
+        if threads is not None and threads != self._threads:
+            logger.info(
+                "%d CPU thread(s) per trial: this worker's share of the cores of %s among its "
+                "live workers",
+                threads,
+                self.hostname,
+            )
+        self._threads = threads
+
+    def _still_held(self, claim: Claim) -> bool:
+        """After a self-fence: wait for the database; whether this worker still holds `claim`
+        (nobody reaped it meanwhile: a short outage, or a restarted server's fresh grace)."""
+        if self._stop.is_set():
+            return False
+        held = self._retry(self._beat, "heartbeat")
+        if held and not self._stop.is_set():
+            logger.info(
+                "trial %d: the database answers again and this worker still holds the trial: "
+                "going on with it here, from its last checkpoint",
+                claim.number,
+            )
+            return True
+        return False
+
+    def _self_fence(self, silent_s: float) -> None:
+        """The lease watchdog's alarm: stop the running trial before anyone may take it over."""
+        claim = self._claim
+        if claim is None or self._lost or self._gone is not None:
+            return
+        self._fenced = True
+        logger.warning(
+            "trial %d: no heartbeat has reached the database for %.0f s (grace period %.0f s): "
+            "stopping the trial here before another worker may take it over; it goes on here "
+            "if this worker still holds it when the database answers, else elsewhere from "
+            "its last checkpoint",
+            claim.number,
+            silent_s,
+            self.grace_s,
+        )
+        self._trial_stop.set()
 
     def _trial_lost(self, claim: Claim) -> None:
         """Another worker holds `claim` now: stop it here, if it is still the one running."""
@@ -748,6 +845,10 @@ class Worker:
             self._trial_stop.set()
 
     def _db_down(self, exc: BaseException, what: str) -> None:
+        gone = gone_reason(exc)
+        if gone is not None:
+            self._give_up(gone)
+            return
         if self._db_down_since is None:
             self._db_down_since = time.monotonic()
             logger.warning(
@@ -757,14 +858,30 @@ class Worker:
             )
 
     def _db_back(self) -> None:
-        if self._db_down_since is not None:
+        if self._db_down_since is not None and self._gone is None:
             logger.warning(
                 "database reachable again after %.0f s", time.monotonic() - self._db_down_since
             )
             self._db_down_since = None
 
+    def _give_up(self, gone: str) -> None:
+        """The database or the study is gone for good: stop the trial and the worker."""
+        if self._gone is None:
+            self._gone = (
+                f"study {self.study.name!r} on {self.storage.safe_url}: {gone}; this worker stops"
+            )
+        self._stop.set()
+        self._trial_stop.set()
+
+    def _retry_error(self, exc: BaseException, what: str) -> None:
+        self._db_down(exc, what)
+        if self._gone is not None:
+            raise RuntimeFailure(self._gone) from exc
+
     def _retry(self, fn: Callable[[], T], what: str, *, attempts: int | None = None) -> T:
-        return retry(fn, what, attempts=attempts, on_error=self._db_down, on_success=self._db_back)
+        return retry(
+            fn, what, attempts=attempts, on_error=self._retry_error, on_success=self._db_back
+        )
 
     # -- signals and progress ---------------------------------------------------------------
 
@@ -815,6 +932,25 @@ class Worker:
     def _end_progress(self) -> None:
         if self._progress:
             self._line.clear()
+
+
+class _WatchedCheckpoints(TrialCheckpoints):
+    """TrialCheckpoints whose failed writes tell the worker about the database: a checkpoint
+    that finds the database gone stops the trial at once, not epochs later."""
+
+    def __init__(
+        self, *args: Any, on_error: Callable[[BaseException, str], None], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_error = on_error
+
+    def write(self, data: Any) -> None:
+        try:
+            super().write(data)
+        except Exception as exc:
+            if is_transient(exc) or gone_reason(exc) is not None:
+                self._on_error(exc, "checkpoint")
+            raise
 
 
 def _fmt_params(params: dict[str, Any]) -> str:

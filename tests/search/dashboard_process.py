@@ -11,16 +11,23 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.search.processes import default_signals
 
 
 class DashboardProcess:
     """`python -m search dashboard ARGS` until it prints where it listens (port 0: a free one)."""
 
     def __init__(
-        self, *args: str, cwd: Path, env: dict[str, str] | None = None, verbose: bool = False
+        self,
+        *args: str,
+        cwd: Path,
+        env: dict[str, str] | None = None,
+        verbose: bool = False,
+        preexec_fn: Callable[[], None] = default_signals,
     ) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
         base.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
@@ -31,6 +38,7 @@ class DashboardProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=preexec_fn,  # the test signals it: dispositions set, not inherited
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -37,6 +37,28 @@ def slow_curve(run: TrialRun) -> TrialOutcome:
     return curve(run, epoch_s=0.2)
 
 
+EPOCH_LOG_ENV = "HPSEARCH_TEST_EPOCH_LOG"
+"""`logged_curve` appends "pid trial epoch start end" (wall-clock seconds) per epoch here."""
+
+
+def logged_curve(run: TrialRun) -> TrialOutcome:
+    """`curve` with 0.25 s epochs, each logged with its process and times: which worker trained
+    what, when."""
+    epochs = run.config.task.epochs
+    value = None
+    for epoch in range(max(run.reported, default=0) + 1, epochs + 1):
+        start = time.time()
+        time.sleep(0.25)
+        with open(os.environ[EPOCH_LOG_ENV], "a") as log:
+            log.write(f"{os.getpid()} {run.number} {epoch} {start} {time.time()}\n")
+        value = run.params["x"] * epoch / epochs
+        if run.report(epoch, value):
+            return TrialOutcome(status="pruned", value=value)
+        if run.stop.is_set():
+            return TrialOutcome(status="preempted")
+    return TrialOutcome(status="completed", value=value, user_attrs={"epochs_trained": epochs})
+
+
 POISON_X = 0.123456789
 """The x of a poisonous trial: it kills whichever worker process runs it, after one epoch (as
 a trial that gets its worker OOM-killed, segfaults or aborts CUDA would)."""
@@ -50,7 +72,12 @@ def poisoned_curve(run: TrialRun) -> TrialOutcome:
     return curve(run)
 
 
-OBJECTIVES = {"curve": curve, "slow_curve": slow_curve, "poisoned_curve": poisoned_curve}
+OBJECTIVES = {
+    "curve": curve,
+    "slow_curve": slow_curve,
+    "poisoned_curve": poisoned_curve,
+    "logged_curve": logged_curve,
+}
 
 
 def worker_main(url: str, study: str, objective: str, grace_s: float) -> None:

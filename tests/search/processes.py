@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from tests.conftest import REPO
+
+
+def default_signals() -> None:
+    """`preexec_fn` for a child a test signals: SIGINT and SIGTERM at their defaults, as in a
+    terminal's foreground job, whatever this process inherited (a background job of a
+    non-interactive shell has SIGINT ignored, and its children with it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def ignore_sigint() -> None:
+    """`preexec_fn`: SIGINT ignored, as a background job of a non-interactive shell has it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class WorkerProcess:
@@ -53,6 +68,7 @@ class WorkerProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=default_signals,
         )
 
     def signal(self, signum: int) -> None:

@@ -267,3 +267,19 @@ def test_a_model_becomes_fake_parameters_on_another_device() -> None:
     moments = [tracker.watch(s["exp_avg"]) for s in optimizer.state.values()]
     assert tracker.total(steps) == 0 and set(steps) <= tracker.elsewhere
     assert tracker.total(moments) == (64 + 8 + 8) * 4
+
+
+@pytest.mark.parametrize(
+    ("cuda_build", "says"),
+    [(None, "this torch has no CUDA (a CPU-only build)"), ("12.4", "no GPU is visible")],
+)
+def test_a_gpu_target_on_a_machine_without_one_says_why(
+    cuda_build: str | None, says: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CUDA build on a machine without a GPU is not "a torch without CUDA"."""
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    target = MemoryTarget.for_gpu(parse_size("80GB"), "fp32")
+    fit = fit_memory(linear_task, {"batch_size": 32}, TrainConfig(epochs=1), target)
+    assert any(note.startswith(says) for note in fit.notes), fit.notes

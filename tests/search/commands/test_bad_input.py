@@ -337,3 +337,91 @@ def _trial_states(url: str) -> list[tuple[str, str]]:
         ).all()
     engine.dispose()
     return [tuple(r) for r in rows]
+
+
+# Values the storage would refuse on one backend and keep on the other: refused on both, before
+# anything is written (case id, config edit, expected words).
+STORAGE_LIMIT_CASES = [
+    (
+        "study-name-too-long",
+        _replace('name = "bad"', f'name = "{"s" * 600}"'),
+        "study.name: 'sssssssssssssssssssssssssssssssssssss...' is 600 characters long; "
+        "the storage keeps at most 512",
+    ),
+    (
+        "study-name-nul",
+        _replace('name = "bad"', 'name = "bad\\u0000name"'),
+        "study.name: 'bad\\x00name' contains the NUL character, which PostgreSQL refuses",
+    ),
+    (
+        "study-name-newline",
+        _replace('name = "bad"', 'name = "bad\\nname"'),
+        "study.name: 'bad\\nname' contains '\\n' at position 3",
+    ),
+    (
+        "metric-too-long",
+        _replace("seed = 1", f'seed = 1\nmetric = "{"m" * 513}"'),
+        "study.metric: 'mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm...' is 513 characters long",
+    ),
+    (
+        "metric-nul",
+        _replace("seed = 1", 'seed = 1\nmetric = "acc\\u0000"'),
+        "study.metric: 'acc\\x00' contains the NUL character",
+    ),
+    (
+        "param-name-too-long",
+        _append(f'"{"p" * 520}" = {{ type = "float", low = 0.0, high = 1.0 }}\n'),
+        "space.ppppppppppppppppppppppppppppppppppppp...: the parameter name is 520 characters long",
+    ),
+    (
+        "param-name-nul",
+        _append('"p\\u0000" = { type = "float", low = 0.0, high = 1.0 }\n'),
+        "the parameter name contains the NUL character",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [pytest.param(edit, expected, id=case) for case, edit, expected in STORAGE_LIMIT_CASES],
+)
+def test_a_value_the_storage_would_refuse(
+    edit: Edit, expected: str, tmp_path: Path, storage_url: str,
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The same answer on SQLite and PostgreSQL: one line, exit 2, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    config = _config(tmp_path, edit)
+    case = request.node.callspec.id
+    before = _studies(storage_url), _trial_states(storage_url)
+    for command in ("create", "run"):
+        args = [command, config, "--storage", storage_url]
+        _assert_one_line_exit_2(capsys, args, expected, f"{case} ({command})")
+    assert (_studies(storage_url), _trial_states(storage_url)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["study.toml", *(["study.db"] if storage_url.startswith("sqlite") else [])]
+    )
+
+
+def test_an_unknown_study_name_close_to_one_says_which(
+    pg_url: str, study_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    name = f"resnet-sweep-{study_name[-6:]}"
+    config = _config(tmp_path, name=name)
+    assert hpsearch(["create", config, "--storage", pg_url]) == 0
+    capsys.readouterr()
+    caplog.clear()  # what `create` logged is not part of the answer
+    typo = name.replace("sweep", "swep")
+    for command in (["worker", "--study", typo], ["status", "--study", typo]):
+        _assert_one_line_exit_2(
+            capsys,
+            [*command, "--storage", pg_url],
+            f"no hpsearch study named {typo!r} in ",
+            " ".join(command),
+        )
+    code = hpsearch(["status", "--study", typo, "--storage", pg_url])
+    assert code == 2
+    assert f"did you mean {name!r}? (`hpsearch studies` lists them)" in capsys.readouterr().err

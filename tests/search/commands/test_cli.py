@@ -154,8 +154,21 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     done = hpsearch("run", str(config), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "hpsearch.db").exists()
+    # It ends saying what happened, where the results are and what to run next.
+    lines = done.stdout.strip().splitlines()
+    assert lines[-4].startswith("study 'readme' finished: 2/2 trials ("), done.stdout
+    assert lines[-3].startswith("  best: trial ")
+    assert lines[-2] == (
+        f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints and reports: "
+        f"{tmp_path}/hpsearch.db.artifacts/"
+    ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints and reports: ")
+    assert lines[-1].startswith("next: hpsearch status --study readme (")
+    assert "hpsearch dashboard (" in lines[-1] and "hpsearch compare CONFIG" in lines[-1]
     again = hpsearch("run", str(config), cwd=tmp_path)  # the study is done: nothing to do
     assert again.returncode == 0 and "best: trial" in again.stdout
+    assert "study 'readme' was already finished: 2/2 trials" in again.stdout
+    assert "nothing was run: to search again, give the config a new study name" in again.stdout
+    assert "trial 0" not in again.stderr  # no trial ran
     assert (
         len(
             optuna.load_study(
@@ -284,3 +297,31 @@ def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     # Two workers: one line for the study, redrawn under the workers' log lines.
     assert re.search(rf"\r\x1b\[K{study_name}-2: \d/4 finished \(\d pruned\), \d running", text)
     assert not re.search(r"\] trial \d+: epoch", text)  # the workers themselves draw nothing
+
+
+def test_every_command_says_what_it_does_and_its_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from search.commands import main
+    from search.commands.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert {"run", "worker", "status", "studies", "workers", "delete", "migrate"} <= set(
+        sub.choices
+    )
+    for name in sub.choices:
+        assert main([name, "--help"]) == 0
+        text = capsys.readouterr().out
+        usage, description = text.split("\n\n")[:2]
+        assert usage.startswith(f"usage: hpsearch {name}"), name
+        assert not description.lstrip().startswith(("-h", "options:")), (name, description)
+        assert "exit codes: 0 " in " ".join(text.split()), name
+
+
+def test_version(tmp_path: Path) -> None:
+    import tomllib
+
+    done = hpsearch("--version", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert done.stdout.strip() == f"hpsearch {version}"

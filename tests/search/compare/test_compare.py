@@ -20,6 +20,7 @@ from search.compare.plan import (
     parse_strategies,
     plan_compare,
 )
+from search.compare.plots import write_plots
 from search.compare.run import prepare_studies
 from search.compare.statistics import summarize
 from search.db.storage import open_storage
@@ -276,3 +277,57 @@ def test_the_report_names_a_winner_only_on_evidence() -> None:
     # The target is a pooled quantile of all runs: 3 runs in 4 or more reached it.
     reached = sum(s["reached_target"] for s in mixed["strategies"].values())
     assert reached == 10 and mixed["target"]["value"] == 0.82
+
+
+def test_plots_keep_grid_points_whole_and_count_trials_in_whole_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grid points sit at the ends of a parameter's range: the axis leaves room around them
+    (on a log axis too). Trials and epochs are counted: no tick at 1.5 trials."""
+    import matplotlib.pyplot as plt
+
+    figures: dict[int, Any] = {}
+    monkeypatch.setattr(plt, "close", lambda fig: figures.setdefault(len(figures), fig))
+    config = space_config("s")
+    request = CompareRequest(
+        config_path="c.toml",
+        config=config,
+        strategies=(Strategy("grid"), Strategy("random")),
+        budget=3,
+        repeats=2,
+        out_dir=tmp_path,
+        target=None,
+    )
+    results = [
+        RunResult(
+            name=f"s-{label}-r{k}",
+            label=label,
+            repeat=k,
+            seed=k,
+            maximize=True,
+            trials=[
+                TrialPoint(
+                    number=i,
+                    state="COMPLETE",
+                    value=0.5 + 0.1 * i + 0.01 * k,
+                    params={"lr": lr, "dropout": 0.0},
+                    epochs=1,
+                )
+                for i, lr in enumerate((1e-4, 1e-1, 1e-4))
+            ],
+        )
+        for label in ("grid", "random")
+        for k in (1, 2)
+    ]
+    summary = summarize(results, request, config.space, None)
+    written = [name for name, _ in write_plots(results, summary, config.space, tmp_path)]
+    by_name = dict(zip(written, figures.values(), strict=True))
+    for name in ("best_vs_trials.png", "best_vs_epochs.png"):
+        (ax,) = by_name[name].axes
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), (name, ticks)
+    for ax in by_name["score_vs_lr.png"].axes:
+        low, high = ax.get_xlim()
+        assert ax.get_xscale() == "log"
+        assert low < 1e-4 / 1.2 and high > 1e-1 * 1.2, (low, high)  # room around the points

@@ -252,6 +252,12 @@ def test_workers_shows_alive_lost_and_what_they_run(pg_url: str, study_name: str
         f"WHERE worker_id = '{study_name}-b'",
     )
     liveness.unregister(storage, f"{study_name}-c", "done")
+    register(storage, ref.study_id, f"{study_name}-d", grace_s=60)  # lost two days ago
+    sql(
+        pg_url,
+        "UPDATE hpsearch.workers SET heartbeat_at = heartbeat_at - 172800 "
+        f"WHERE worker_id = '{study_name}-d'",
+    )
 
     listed = {w.worker_id: w for w in list_workers(storage, study_id=ref.study_id)}
     assert set(listed) == {f"{study_name}-a", f"{study_name}-b"}
@@ -268,7 +274,8 @@ def test_workers_shows_alive_lost_and_what_they_run(pg_url: str, study_name: str
     assert a.heartbeat_age_s < 30
     assert (b.state, b.trial) == ("lost", None) and b.heartbeat_age_s >= 600
     everyone = list_workers(storage, study_id=ref.study_id, include_stopped=True)
-    assert [w.state for w in everyone] == ["alive", "lost", "stopped"]
+    assert [w.state for w in everyone] == ["alive", "lost", "lost", "stopped"]
+    assert everyone[2].worker_id == f"{study_name}-d"  # with --all, the old lost one too
 
     done = hpsearch("workers", "--study", study_name, "--storage", pg_url, cwd=Path("/tmp"))
     assert done.returncode == 0, done.stderr
@@ -353,17 +360,16 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
         )
     )
     assert "1 live worker" in line and "--force" in line
-    done = hpsearch(
-        "delete",
-        "--study",
-        study_name,
-        "--force",
-        "--storage",
-        url,
-        "--artifacts",
-        str(files),
-        cwd=tmp_path,
+    args = ["delete", "--study", study_name, "--force", "--storage", url, "--artifacts", str(files)]
+    # Not on a terminal, it cannot ask: it says what would go and deletes nothing.
+    line = one_line_error(hpsearch(*args, cwd=tmp_path))
+    assert line == (
+        f"hpsearch: error: delete would remove study {study_name!r} from {url}: 1 trials "
+        f"(1 running), 2 worker records, its leases and its checkpoints ({files}/): pass --yes "
+        "to delete without asking"
     )
+    assert list(files.glob(f"{ref.uid}-*"))
+    done = hpsearch(*args, "--yes", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"study {study_name!r} deleted" in done.stdout
     assert not list(files.glob(f"{ref.uid}-*"))

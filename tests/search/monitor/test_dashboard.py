@@ -23,7 +23,7 @@ from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import open_storage
 from tests.search.commands.test_cli import hpsearch, write_config
 from tests.search.dashboard_process import DashboardProcess
-from tests.search.processes import WorkerProcess, reported_epochs, wait_for
+from tests.search.processes import WorkerProcess, ignore_sigint, reported_epochs, wait_for
 
 PASSWORD = "Sw0rdf1sh-dash"
 """In every storage URL of these tests. The server trusts 127.0.0.1, so it is never checked,
@@ -182,6 +182,24 @@ def test_sigterm_stops_it_and_another_host_is_warned_about(made_study: MadeStudy
     assert "WARNING: the dashboard has no authentication" in server.output
     assert "can change and delete studies" in server.output
     assert "read-only:" not in server.output  # the owner role may write
+
+
+def test_ctrl_c_stops_it_even_started_in_the_background(made_study: MadeStudy) -> None:
+    """A background job of a non-interactive shell inherits SIGINT ignored: the dashboard
+    handles SIGINT itself, so Ctrl-C (or `kill -INT`) still stops it, exit 0."""
+    server = DashboardProcess(
+        "--port",
+        "0",
+        cwd=made_study.workdir,
+        env={"HPSEARCH_STORAGE": made_study.url},
+        preexec_fn=ignore_sigint,
+    )
+    try:
+        server.wait_until_serving()
+        assert server.stop(signal.SIGINT) == 0
+    finally:
+        server.kill()
+    assert "dashboard stopped" in server.output and "Traceback" not in server.output
 
 
 def test_a_read_only_role_shows_and_says_so(made_study: MadeStudy, pg_url: str) -> None:

@@ -26,6 +26,7 @@ from search.study.studies import create_study
 from tests.conftest import REPO
 from tests.search.commands.test_cli import hpsearch
 from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.search.processes import default_signals, ignore_sigint
 
 
 def held_trial(url: str, name: str, n_trials: int = 3) -> tuple[Storage, Claim]:
@@ -50,11 +51,18 @@ def _env() -> dict[str, str]:
 class OnATerminal:
     """A command whose stdout is a pseudo-terminal of 30 x 120; what it drew is kept."""
 
-    def __init__(self, argv: list[str], cwd: Path) -> None:
+    def __init__(
+        self, argv: list[str], cwd: Path, preexec_fn: Callable[[], None] = default_signals
+    ) -> None:
         self.primary, secondary = pty.openpty()
         fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
         self.proc = subprocess.Popen(
-            argv, cwd=cwd, env=_env(), stdout=secondary, stderr=subprocess.PIPE
+            argv,
+            cwd=cwd,
+            env=_env(),
+            stdout=secondary,
+            stderr=subprocess.PIPE,
+            preexec_fn=preexec_fn,  # the test signals it: dispositions set, not inherited
         )
         os.close(secondary)
         self.text = ""
@@ -106,6 +114,25 @@ def test_watch_redraws_in_place_on_a_terminal_and_ctrl_c_exits_0(
         storage.close()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_watch_stops_on_ctrl_c_and_sigterm_even_started_in_the_background(
+    signum: int, pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    """Started with SIGINT ignored (as a non-interactive shell's background job is), `--watch`
+    still stops on SIGINT, and on SIGTERM, with exit 0."""
+    storage, _claim = held_trial(pg_url, study_name)
+    argv = [sys.executable, "-m", "search", "status", "--study", study_name, "--storage", pg_url]
+    terminal = OnATerminal([*argv, "--watch", "--interval", "0.3"], tmp_path, ignore_sigint)
+    try:
+        terminal.read_until(lambda text: "running 1" in text, 60)
+        terminal.proc.send_signal(signum)
+        assert terminal.proc.wait(timeout=30) == 0
+        assert b"Traceback" not in terminal.proc.stderr.read()
+    finally:
+        terminal.close()
+        storage.close()
+
+
 def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
@@ -118,6 +145,7 @@ def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals,
     )
     try:
         time.sleep(3)  # a few refreshes with nothing new: one block, not one per refresh

@@ -1,0 +1,70 @@
+"""What `hpsearch run` says at its end: the counts, the best trial, where the results are, and
+what to run next.
+
+    study 'digits' finished: 20 trials (13 complete, 6 pruned, 1 failed)
+      best: trial 7  val_accuracy 0.9778  params {"lr": 0.0031, ...}
+    results: sqlite:///hpsearch.db; checkpoints kept with --keep-checkpoints: hpsearch.db.artifacts/
+    next: hpsearch status --study digits (trials and params) | hpsearch dashboard (charts) |
+          hpsearch compare CONFIG --samplers random,tpe ... (strategies side by side)
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from search.db.storage import Storage
+from search.monitor.status import format_best
+
+__all__ = ["artifacts_place", "is_finished", "run_summary"]
+
+
+def is_finished(status: dict[str, Any]) -> bool:
+    """Every trial the study asks for has ended (COMPLETE, PRUNED or FAIL)."""
+    ended = status["complete"] + status["pruned"] + status["failed"]
+    return ended >= status["n_trials"] and status["running"] == 0 and status["waiting"] == 0
+
+
+def artifacts_place(storage: Storage, directory: str | None) -> str:
+    """Where the study's checkpoints (and attached reports) are kept, in words."""
+    if directory:
+        return f"{directory}/"
+    if storage.is_postgres:
+        return "in the database"
+    db = storage.sqlite_path()
+    return f"{db}.artifacts/" if db is not None else "beside the database"
+
+
+def run_summary(
+    status: dict[str, Any],
+    storage: Storage,
+    artifacts: str | None,
+    *,
+    default_storage: bool,
+    already: bool = False,
+) -> str:
+    """The closing lines of `hpsearch run` (`already`: the study was finished before this run;
+    `default_storage`: no --storage or $HPSEARCH_STORAGE, so the next commands need none)."""
+    name = status["study"]
+    ended = status["complete"] + status["pruned"] + status["failed"]
+    counts = ", ".join(
+        f"{status[k]} {k}" for k in ("complete", "pruned", "failed") if status[k] or k == "complete"
+    )
+    state = "was already finished" if already else "finished" if is_finished(status) else "stopped"
+    storage_flag = "" if default_storage else " --storage URL"
+    study = shlex.quote(name)
+    lines = [
+        f"study {name!r} {state}: {ended}/{status['n_trials']} trials ({counts})",
+        format_best(status),
+        f"results: {storage.safe_url}; checkpoints and reports: "
+        f"{artifacts_place(storage, artifacts)}",
+        f"next: hpsearch status --study {study}{storage_flag} (every trial's state and params) | "
+        f"hpsearch dashboard{storage_flag} (charts in a browser) | hpsearch compare CONFIG "
+        "--samplers random,tpe --budget N --repeats K --out DIR (strategies side by side)",
+    ]
+    if already:
+        lines.append(
+            f"nothing was run: to search again, give the config a new study name (or remove "
+            f"this one: hpsearch delete --study {study}{storage_flag})"
+        )
+    return "\n".join(lines)

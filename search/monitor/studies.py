@@ -1,0 +1,111 @@
+"""Every study in a storage, one line each (`hpsearch studies`): trials by state, the best value,
+the budget used (when the config has `budget_epochs`), and when something last happened."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any
+
+import sqlalchemy as sa
+
+from search.db.storage import Storage
+from search.db.tables import studies, study_system_attributes, trial_intermediate_values, trials
+from search.monitor.status import study_status
+from search.study.studies import CONFIG_ATTR, find_study
+
+__all__ = ["format_studies", "list_studies"]
+
+
+def list_studies(storage: Storage) -> list[dict[str, Any]]:
+    """One object per hpsearch study (`hpsearch studies --json`), by name."""
+    with storage.read() as conn:
+        names = list(
+            conn.execute(
+                sa.select(studies.c.study_name)
+                .join(
+                    study_system_attributes,
+                    sa.and_(
+                        study_system_attributes.c.study_id == studies.c.study_id,
+                        study_system_attributes.c.key == CONFIG_ATTR,
+                    ),
+                )
+                .order_by(studies.c.study_name)
+            ).scalars()
+        )
+    listed = []
+    for name in names:
+        ref = find_study(storage, name)
+        if ref is None:  # deleted meanwhile
+            continue
+        status = study_status(storage, ref)
+        with storage.read() as conn:
+            started, finished = conn.execute(
+                sa.select(
+                    sa.func.max(trials.c.datetime_start), sa.func.max(trials.c.datetime_complete)
+                ).where(trials.c.study_id == ref.study_id)
+            ).one()
+            epochs = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(trial_intermediate_values.join(trials))
+                .where(trials.c.study_id == ref.study_id)
+            ).scalar_one()
+        last = max((t for t in (started, finished) if t is not None), default=None)
+        budget = getattr(ref.config.study, "budget_epochs", None)
+        listed.append(
+            {
+                "study": name,
+                "direction": status["direction"],
+                "metric": status["metric"],
+                "n_trials": status["n_trials"],
+                **{k: status[k] for k in ("complete", "pruned", "failed", "running", "waiting")},
+                "best": None if status["best"] is None else status["best"]["value"],
+                "epochs_trained": epochs,
+                "budget_epochs": budget,
+                "last_activity": None if last is None else last.isoformat(timespec="seconds"),
+            }
+        )
+    return listed
+
+
+def format_studies(listed: list[dict[str, Any]], *, now: datetime.datetime | None = None) -> str:
+    if not listed:
+        return "no studies (create one: hpsearch create CONFIG)"
+    now = now or datetime.datetime.now()
+    with_budget = any(s["budget_epochs"] is not None for s in listed)
+    header = ["study", "done", "complete", "pruned", "failed", "running", "waiting", "best"]
+    header += ["budget used"] * with_budget + ["last activity"]
+    rows = [header]
+    for s in listed:
+        finished = s["complete"] + s["pruned"] + s["failed"]
+        row = [
+            s["study"],
+            f"{finished}/{s['n_trials']}",
+            *(str(s[k]) for k in ("complete", "pruned", "failed", "running", "waiting")),
+            "-" if s["best"] is None else f"{s['metric']} {_value(s['best'])}",
+        ]
+        if with_budget:
+            budget = s["budget_epochs"]
+            row.append("-" if budget is None else f"{s['epochs_trained']}/{budget} epochs")
+        row.append(_ago(s["last_activity"], now))
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _value(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else str(value)
+
+
+def _ago(when: str | None, now: datetime.datetime) -> str:
+    if when is None:
+        return "never"
+    seconds = max(0.0, (now - datetime.datetime.fromisoformat(when)).total_seconds())
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h ago"
+    return f"{seconds / 86400:.0f}d ago"

@@ -1,0 +1,98 @@
+"""Workers started one by one on a machine share its cores, as `run --workers N` children do."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+import torch
+
+from search.db.storage import open_storage
+from search.db.tables import workers
+from search.study.studies import create_study
+from search.worker.cpu_share import live_workers_on_host, share_cpu_threads, thread_share
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
+from tests.search.db.test_dispatch import make_config, register
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_the_share_follows_the_live_workers_of_the_host(storage_url: str, study_name: str) -> None:
+    storage = open_storage(storage_url)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=1))
+    host = f"host-{study_name[-6:]}"
+    assert live_workers_on_host(storage, host) == 0
+    for i in range(3):
+        register(storage, ref.study_id, f"{study_name[-20:]}-a{i}", grace_s=60)
+    with storage.transaction() as conn:  # those three run on `host`; then one elsewhere
+        conn.execute(
+            sa.update(workers)
+            .where(workers.c.worker_id.startswith(f"{study_name[-20:]}-a"))
+            .values(hostname=host)
+        )
+    register(storage, ref.study_id, f"{study_name[-20:]}-elsewhere", grace_s=60)
+    assert live_workers_on_host(storage, host) == 3
+    assert share_cpu_threads(storage, host, env={}, cpu_count=12) == 4
+    assert torch.get_num_threads() == 4
+    assert share_cpu_threads(storage, host, env={}, cpu_count=2) == 1
+
+    # One of them stops: the others' share grows at their next trial.
+    with storage.transaction() as conn:
+        conn.execute(
+            sa.update(workers)
+            .where(workers.c.worker_id == f"{study_name[-20:]}-a0")
+            .values(stopped_at=workers.c.heartbeat_at)
+        )
+    assert share_cpu_threads(storage, host, env={}, cpu_count=12) == 6
+
+    # The user's setting wins.
+    torch.set_num_threads(3)
+    assert share_cpu_threads(storage, host, env={"OMP_NUM_THREADS": "5"}, cpu_count=12) is None
+    assert torch.get_num_threads() == 3
+    assert [thread_share(16, n) for n in (0, 1, 2, 3, 4, 32)] == [16, 16, 8, 5, 4, 1]
+
+
+def test_a_worker_trains_with_its_share_of_the_cores(
+    pg_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker started alone on a machine where three others are alive trains its trials with
+    a quarter of the cores; with OMP_NUM_THREADS set it leaves torch's threads alone."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(8)))  # an 8-core machine
+    storage = open_storage(pg_url)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=2))
+    others = [f"{study_name[-20:]}-o{i}" for i in range(3)]
+    for other in others:
+        register(storage, ref.study_id, other, grace_s=600)
+    with storage.transaction() as conn:
+        conn.execute(
+            sa.update(workers)
+            .where(workers.c.worker_id.in_(others))
+            .values(hostname=socket.gethostname()[:255])
+        )
+    seen: list[int] = []
+
+    def trial(run: TrialRun) -> TrialOutcome:
+        seen.append(torch.get_num_threads())
+        for epoch in range(1, run.config.task.epochs + 1):
+            run.report(epoch, 0.5)
+        return TrialOutcome(status="completed", value=0.5)
+
+    torch.set_num_threads(8)
+    assert Worker(storage, ref, run_trial=trial, grace_s=600, progress=False).run() == 0
+    assert seen == [2, 2]  # 8 cores, 4 live workers on this host
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    ref2, _ = create_study(storage, make_config(f"{study_name}-b", n_trials=1))
+    torch.set_num_threads(3)
+    assert Worker(storage, ref2, run_trial=trial, grace_s=600, progress=False).run() == 0
+    assert seen[-1] == 3
