@@ -21,7 +21,7 @@ import logging
 from search.db import budget, pauses
 from search.db.leases import Claim
 from search.db.storage import Storage
-from search.pruning.promotion import Paused, Rungs, RungTable, promotable_count
+from search.pruning.promotion import Paused, Rungs, RungTable
 from search.study.studies import StudyRef
 
 __all__ = ["Promoter", "StudyLimits"]
@@ -121,14 +121,15 @@ class Promoter:
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes
         on); False: it pauses."""
-        bracket = self.bracket(claim.number)
-        better, recorded = pauses.rank_at_rung(
-            self.storage, self.study.study_id, bracket, epoch, value, maximize=self.maximize
+        return pauses.pass_rung_if_promotable(
+            self.storage,
+            claim,
+            self.bracket(claim.number),
+            epoch,
+            value,
+            maximize=self.maximize,
+            eta=self.eta,
         )
-        if better >= promotable_count(recorded + 1, self.eta):  # counted with itself
-            return False
-        pauses.record_rung(self.storage, claim, bracket, epoch, value)
-        return True
 
     def pause(
         self, claim: Claim, epoch: int, value: float, leftover: dict[int, float], worker_id: str

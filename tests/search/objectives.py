@@ -50,7 +50,19 @@ def poisoned_curve(run: TrialRun) -> TrialOutcome:
     return curve(run)
 
 
-OBJECTIVES = {"curve": curve, "slow_curve": slow_curve, "poisoned_curve": poisoned_curve}
+def early_best(run: TrialRun) -> TrialOutcome:
+    """`curve` where the earliest trials are the best: the first to reach a rung (which pause,
+    having nobody to beat yet) are promoted later (promotion-based ASHA)."""
+    run.params = {**run.params, "x": 1.0 - run.number / 100}
+    return curve(run)
+
+
+OBJECTIVES = {
+    "curve": curve,
+    "slow_curve": slow_curve,
+    "poisoned_curve": poisoned_curve,
+    "early_best": early_best,
+}
 
 
 def worker_main(url: str, study: str, objective: str, grace_s: float) -> None:
