@@ -1,14 +1,18 @@
 """A worker's side of budgets and promotion-based ASHA: what it asks the database, and when.
 
-`StudyLimits` (a study with `budget_epochs` or `budget_hours`): the worker reserves one epoch of
-the budget when it claims a trial and the next one at every report that lets the trial go on
-(`search.db.budget`); a reservation it does not use is given back before the trial's end is
-written, so that no other worker takes the study for over while it is still to be spent.
+`StudyLimits` (a study with `budget_epochs` or `budget_hours`): the worker reserves epochs of
+the budget before training them (`search.db.budget`): with a claim, a new trial's epochs up to
+its first rung; at a rung it passes, those up to the next one; one statement each. Epochs it
+reserved and did not train are given back before the trial's end is written, so that no other
+worker takes the study for over while they are still to be spent. The hours are checked at
+every claim and report.
 
 `Promoter` (`[pruner] type = "asha"`, or hyperband with `promotion = true`): at a rung, a trial
 that ranks in the top 1/eta of the trials recorded there goes on at once (the promotion a free
 worker would make anyway); otherwise it pauses (`search.db.pauses`). Before starting a new trial,
-a free worker resumes the best promotable paused trial (`search.pruning.promotion`). When no new
+a free worker resumes the best promotable paused trial. The rule is `search.pruning.promotion`'s;
+the database evaluates it (one query per decision, whatever the study's size), and a test
+checks both pick the same trial. When no new
 trial may start (n_trials reached), paused trials are promoted with the looser rule ceil(n/eta)
 (draining), and whatever then stays paused ends PRUNED with its last value once nothing runs.
 """
