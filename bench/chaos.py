@@ -10,7 +10,7 @@ not overlap).
 
     python bench/chaos.py --trials 60 --workers 6          # a longer soak (needs initdb, pg_ctl)
 
-`tests/search/test_chaos.py` runs a short one in CI.
+`tests/search/worker/test_chaos.py` runs a short one in CI.
 """
 
 from __future__ import annotations

@@ -38,9 +38,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import search.sampling.samplers
+from search.compare.collect import RunResult, collect
 from search.compare.plan import CompareRequest, Strategy, plan_compare
-from search.compare.report import RunResult, collect, pooled_target, summarize
 from search.compare.run import prepare_studies
+from search.compare.statistics import pooled_target, summarize
 from search.db.storage import open_storage
 from search.monitor.status import study_status
 from search.study.config import PrunerSettings, StudyConfig, parse_config
@@ -84,7 +85,7 @@ def run_all(url: str, config: StudyConfig, strategies: list[Strategy], seeds: in
         started = time.monotonic()
         code = Worker(storage, ref, device="cpu", progress=False).run()
         status = study_status(storage, ref)
-        if code != 0 or status["complete"] + status["pruned"] + status["failed"] < budget:
+        if code != 0 or status.finished < budget:
             sys.exit(f"{run.name}: the worker stopped early (exit {code}); no measurement")
         print(
             f"  [{i}/{len(runs)}] {run.name}: {time.monotonic() - started:.1f} s",

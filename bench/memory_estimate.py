@@ -13,7 +13,7 @@ accumulation), side by side in one process:
   caching allocator's own count, since `train` started: data, model, state, step).
 
 The figure is estimate / measured per configuration: above 1 the dry run was conservative,
-below 1 it missed bytes (`trainer.memory.HEADROOM`, 10%, is meant to cover those). Bytes are
+below 1 it missed bytes (`trainer.sizes.HEADROOM`, 10%, is meant to cover those). Bytes are
 deterministic: one run per configuration is enough (time is not measured here). On a CPU a
 second table sets one step on its own against the allocator: what kernels allocate inside
 themselves (scratch, not tensors) shows there.
@@ -41,7 +41,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer import TrainConfig, train
-from trainer.memory import MemoryTarget, fit_memory, format_size, time_steps
+from trainer.memory import MemoryTarget, fit_memory, time_steps
+from trainer.sizes import format_size
 from trainer.tasks.digits import make_task
 
 CONFIGS: list[tuple[dict[str, Any], dict[str, Any]]] = [

@@ -130,9 +130,10 @@ def checkpoint_costs(url: str, repeats: int) -> dict[str, Any]:
     """Size and save/load times of a real checkpoint of the built-in model."""
     import torch
 
+    from search.db.artifacts import DatabaseArtifactStore
     from search.db.migrate import upgrade
     from search.db.storage import open_storage
-    from search.worker.artifacts import DatabaseArtifactStore, DirectoryArtifactStore
+    from search.worker.artifacts import DirectoryArtifactStore
     from trainer import DirectoryCheckpointStore, TrainConfig, resolve_task, train
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -17,10 +17,12 @@ from tests.conftest import REPO
 
 LAYERS = (
     "search.errors",
+    "search.terminal",
     "search.db",
     "search.study",
     "search.pruning",
     "search.sampling",
+    "search.tracking",
     "search.worker",
     "search.monitor",
     "search.estimate",

@@ -10,12 +10,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "Optimizer", "Precision", "TrainConfig"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_LR",
+    "DEFAULT_WEIGHT_DECAY",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "Optimizer",
+    "Precision",
+    "TrainConfig",
+]
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 Optimizer = Literal["adamw", "sgd"]
 PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+DEFAULT_LR = 1e-3
+"""Peak learning rate when params have no "lr"."""
+DEFAULT_WEIGHT_DECAY = 0.0
+"""Decoupled (AdamW) or L2 (SGD) weight decay when params have no "weight_decay"."""
+DEFAULT_BATCH_SIZE = 64
+"""Samples per optimizer step when params have no "batch_size" (the effective batch: it is
+split into grad_accum_steps micro-batches)."""
 
 
 @dataclass(frozen=True, kw_only=True)

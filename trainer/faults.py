@@ -37,7 +37,7 @@ from typing import Literal
 
 import torch
 
-__all__ = ["Fault", "classify"]
+__all__ = ["Fault", "classify", "first_line"]
 
 Fault = Literal["out_of_memory", "device_error"]
 
@@ -79,3 +79,10 @@ def _classify_one(error: BaseException) -> Fault | None:
     if isinstance(error, RuntimeError) and _DEVICE_ERROR.search(text):
         return "device_error"
     return None
+
+
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """The first line of an error's text (its type's name if it has none), at most `limit`
+    characters: what a trial's reason and the trainer's log lines quote."""
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."

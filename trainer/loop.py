@@ -43,7 +43,7 @@ from accelerate import Accelerator
 
 from trainer.accelerate_env import accelerator_for_trial
 from trainer.checkpoint import CheckpointError, CheckpointStore, run_fingerprint
-from trainer.config import TrainConfig
+from trainer.config import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_WEIGHT_DECAY, TrainConfig
 from trainer.data import TrainData, eval_batches, preload
 from trainer.device import (
     choose_precision,
@@ -53,24 +53,18 @@ from trainer.device import (
     resolve_device,
     world_size,
 )
-from trainer.faults import classify
+from trainer.faults import classify, first_line
 from trainer.gpu_settings import apply_gpu_settings
+from trainer.grad_checkpointing import set_grad_checkpointing
 from trainer.result import TrainResult
 from trainer.rng import rng_state, set_rng_state
 from trainer.task import Task, TaskFactory
 from trainer.train_state import CHECKPOINT_FORMAT, TrainState
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_LR", "DEFAULT_WEIGHT_DECAY", "ProgressFn", "train"]
+__all__ = ["ProgressFn", "train"]
 
 log = logging.getLogger("trainer")
 
-DEFAULT_LR = 1e-3
-"""Peak learning rate when params have no "lr"."""
-DEFAULT_WEIGHT_DECAY = 0.0
-"""Decoupled (AdamW) or L2 (SGD) weight decay when params have no "weight_decay"."""
-DEFAULT_BATCH_SIZE = 64
-"""Samples per optimizer step when params have no "batch_size" (the effective batch: it is
-split into grad_accum_steps micro-batches)."""
 WARMUP_FRACTION = 0.05
 """Share of all optimizer steps over which the learning rate rises linearly from ~0 to its peak;
 a cosine decay to 0 over the rest follows."""
@@ -133,7 +127,7 @@ def train(
         where = resolve_device(device)
         batch_size = int(params.get("batch_size", DEFAULT_BATCH_SIZE))
     except (TypeError, ValueError) as exc:
-        result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        result.reason = f"{type(exc).__name__}: {first_line(exc)}"
         result.wall_seconds = time.perf_counter() - started
         return result
     result.device_name = device_name(where)
@@ -175,12 +169,12 @@ def train(
             except Exception as exc:  # the task's code (or ours): the trial fails, not the worker
                 fault = classify(exc)
                 if fault == "out_of_memory":
-                    out_of_memory = _first_line(exc)
+                    out_of_memory = first_line(exc)
                 else:
                     # A CUDA error leaves the process's context unusable: "device_error" tells
                     # the caller to stop training in this process (see trainer.faults).
                     result.status = "device_error" if fault == "device_error" else "failed"
-                    result.reason = f"{type(exc).__name__}: {_first_line(exc)}"
+                    result.reason = f"{type(exc).__name__}: {first_line(exc)}"
                     result.traceback = traceback.format_exc()
                     log.error("%s: %s", result.status.replace("_", " "), result.reason)
             if out_of_memory is None:
@@ -259,7 +253,7 @@ def _fit(
     if saved is not None:
         fit.adopt(saved)
     model = task.model
-    fit.model_can_checkpoint = _set_grad_checkpointing(model, fit.grad_checkpointing)
+    fit.model_can_checkpoint = set_grad_checkpointing(model, fit.grad_checkpointing)
     if fit.grad_checkpointing and not fit.model_can_checkpoint:
         fit.note(
             f"gradient checkpointing requested, but {type(model).__name__} has no "
@@ -366,7 +360,7 @@ def _fit(
                 epoch,
                 step,
                 type(exc).__name__,
-                _first_line(exc),
+                first_line(exc),
             )
             return False
         finally:
@@ -641,22 +635,6 @@ def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, A
     return float(metric(torch.cat(outputs), torch.cat(targets)))
 
 
-def _set_grad_checkpointing(model: torch.nn.Module, on: bool) -> bool:
-    """Switch gradient checkpointing; False if the model has no switch.
-
-    A model has one if it has a boolean attribute ``grad_checkpointing`` (the built-in models)
-    or, for turning it on, a ``gradient_checkpointing_enable()`` method (Hugging Face models).
-    """
-    if hasattr(model, "grad_checkpointing"):
-        model.grad_checkpointing = on
-        return True
-    if hasattr(model, "gradient_checkpointing_enable"):
-        if on:
-            model.gradient_checkpointing_enable()
-        return True
-    return False
-
-
 def _load_checkpoint(checkpoints: CheckpointStore | None, fingerprint: str) -> dict | None:
     """The store's checkpoint if it belongs to this run; otherwise None (and say why)."""
     if checkpoints is None:
@@ -736,8 +714,3 @@ def _release_memory(device: torch.device) -> None:
     gc.collect()  # the accelerator and its wrappers hold reference cycles
     if device.type == "cuda":
         torch.cuda.empty_cache()
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return line if len(line) <= limit else line[: limit - 3] + "..."

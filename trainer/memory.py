@@ -29,7 +29,8 @@ is what `HEADROOM` is for: a step fits if it needs at most 90% of the device.
 Example::
 
     from trainer import TrainConfig, resolve_task
-    from trainer.memory import MemoryTarget, fit_memory, parse_size
+    from trainer.memory import MemoryTarget, fit_memory
+    from trainer.sizes import parse_size
 
     target = MemoryTarget.for_gpu(parse_size("24GiB"), "auto")
     fit = fit_memory(resolve_task("digits"), {"width": 64, "batch_size": 128},
@@ -41,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 import threading
 import time
 import weakref
@@ -55,14 +55,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.data import Dataset, TensorDataset, default_collate
 
-from trainer.config import TrainConfig
+from trainer.config import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_WEIGHT_DECAY, TrainConfig
 from trainer.data import PRELOAD_FRACTION_OF_FREE_GPU_MEMORY
 from trainer.device import choose_precision, device_name, resolve_device
-from trainer.loop import DEFAULT_BATCH_SIZE, DEFAULT_LR, DEFAULT_WEIGHT_DECAY, train
+from trainer.faults import first_line
+from trainer.grad_checkpointing import can_checkpoint, set_grad_checkpointing
+from trainer.loop import train
+from trainer.sizes import HEADROOM, format_size
 from trainer.task import Task, TaskFactory
 
 __all__ = [
-    "HEADROOM",
     "MemoryCheckError",
     "MemoryFit",
     "MemoryPlan",
@@ -70,18 +72,10 @@ __all__ = [
     "StepMemory",
     "StepTiming",
     "adaptation_plans",
-    "can_checkpoint",
     "check_memory",
     "fit_memory",
-    "format_size",
-    "parse_size",
-    "set_grad_checkpointing",
     "time_steps",
 ]
-
-HEADROOM = 0.10
-"""Share of the device kept free of the measured bytes: the CUDA context, library workspaces
-and the caching allocator's fragmentation are not tensors, and a dry run does not see them."""
 
 CUDA_BLOCK = 512
 """The CUDA caching allocator rounds every tensor up to a multiple of 512 bytes (what
@@ -92,51 +86,6 @@ _AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 class MemoryCheckError(RuntimeError):
     """The dry run could not run the task's step; the message is one line."""
-
-
-# -- sizes ------------------------------------------------------------------------------------
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a size such as "80GB" (10^9), "24GiB" (2^30), "512 MiB" or "1000000".
-
-    Raises ValueError (one line) for anything else, or a size of zero.
-    """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ValueError(
-            f"{text!r} is not a memory size (e.g. 80GB, 24GiB, 512MiB; GB = 10^9 bytes, GiB = 2^30)"
-        )
-    size = int(float(match.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"{text!r}: a memory size must be more than 0 bytes")
-    return size
-
-
-def format_size(size: int | None) -> str:
-    """Binary units, three significant digits or so: "188 KiB", "9.3 MiB", "1.50 GiB"."""
-    if size is None:
-        return "-"
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(size) >= scale:
-            value = size / scale
-            digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-            return f"{value:.{digits}f} {unit}"
-    return f"{size} B"
 
 
 # -- what is measured -------------------------------------------------------------------------
@@ -475,29 +424,6 @@ def check_memory(
     )
 
 
-def can_checkpoint(model: torch.nn.Module) -> bool:
-    """Whether the model has a gradient checkpointing switch (see `trainer.Task.model`)."""
-    return hasattr(model, "grad_checkpointing") or hasattr(model, "gradient_checkpointing_enable")
-
-
-def set_grad_checkpointing(model: torch.nn.Module, on: bool) -> bool:
-    """Switch gradient checkpointing as the trainer does; False if the model has no switch.
-
-    A boolean attribute ``grad_checkpointing`` (the built-in models) or Hugging Face's
-    ``gradient_checkpointing_enable()`` / ``gradient_checkpointing_disable()``.
-    """
-    if hasattr(model, "grad_checkpointing"):
-        model.grad_checkpointing = on
-        return True
-    if hasattr(model, "gradient_checkpointing_enable"):
-        if on:
-            model.gradient_checkpointing_enable()
-        elif hasattr(model, "gradient_checkpointing_disable"):
-            model.gradient_checkpointing_disable()
-        return True
-    return False
-
-
 class _DryRun:
     """One configuration's task, measured plan after plan (the model is built once)."""
 
@@ -542,7 +468,7 @@ class _DryRun:
             return self.task_factory(dict(self.params))
         except Exception as exc:
             raise MemoryCheckError(
-                f"the task's factory failed: {type(exc).__name__}: {_first_line(exc)}"
+                f"the task's factory failed: {type(exc).__name__}: {first_line(exc)}"
             ) from exc
 
     def measure(self, plan: MemoryPlan) -> StepMemory:
@@ -552,7 +478,7 @@ class _DryRun:
             except MemoryCheckError:
                 raise
             except Exception as exc:
-                why = f"{type(exc).__name__}: {_first_line(exc, 120)}"
+                why = f"{type(exc).__name__}: {first_line(exc, 120)}"
                 if not self.real_fallback:
                     raise MemoryCheckError(
                         f"the task's step cannot run on fake tensors ({why})"
@@ -567,7 +493,7 @@ class _DryRun:
             return self._measure(plan, fake=False)
         except Exception as exc:
             raise MemoryCheckError(
-                f"the task's training step failed: {type(exc).__name__}: {_first_line(exc)}"
+                f"the task's training step failed: {type(exc).__name__}: {first_line(exc)}"
             ) from exc
 
     def _measure(self, plan: MemoryPlan, *, fake: bool) -> StepMemory:
@@ -588,7 +514,7 @@ class _DryRun:
                         raise
                     self.notes.append(
                         f"fake {self.fake_device} tensors failed ({type(exc).__name__}: "
-                        f"{_first_line(exc, 120)}): fake CPU tensors stand in, with the "
+                        f"{first_line(exc, 120)}): fake CPU tensors stand in, with the "
                         "CPU's autocast"
                     )
                     self.fake_device = "cpu"
@@ -972,8 +898,3 @@ def _tensor_peak(
     with tracker:
         train(task_factory, params, config, device=str(where), stop=stop, progress=progress)
     return tracker.peak
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return line if len(line) <= limit else line[: limit - 3] + "..."

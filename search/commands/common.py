@@ -14,8 +14,9 @@ from search.db.storage import resolve_url
 from search.errors import EXIT_BAD_INPUT
 from search.study.config import ConfigError
 from search.worker.artifacts import existing_directory
-from search.worker.launcher import WorkerOptions
 from search.worker.loop import DEFAULT_GRACE_S
+from search.worker.run import WorkerOptions
+from trainer.sizes import parse_size
 
 __all__ = [
     "ARTIFACTS_HELP",
@@ -149,8 +150,6 @@ def device_memory(cli_value: str | None) -> int | None:
         name, text = "HPSEARCH_DEVICE_MEMORY", os.environ.get("HPSEARCH_DEVICE_MEMORY") or None
     if text is None:
         return None
-    from trainer.memory import parse_size  # trainer.memory imports torch: only when asked
-
     try:
         return parse_size(text)
     except ValueError as exc:

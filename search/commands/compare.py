@@ -19,15 +19,15 @@ from search.compare.plan import CompareRequest, parse_strategies, plan_compare
 from search.compare.report import attach_report, write_report
 from search.compare.run import (
     prepare_studies,
-    run_local_workers,
     run_logging_to_file,
     run_studies,
 )
 from search.db.storage import open_storage
 from search.study.config import ConfigError, load_config
 from search.study.studies import StudyRef
-from search.worker.launcher import local_devices, run_worker
+from search.worker.launcher import local_devices, run_worker_processes
 from search.worker.preflight import check_device, check_task
+from search.worker.run import run_worker
 
 __all__ = ["add_parser", "cmd_compare"]
 
@@ -122,7 +122,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     def run_study(ref: StudyRef) -> int:
         log_path = logs / f"{ref.name}.log"
         if len(devices) > 1:
-            return run_local_workers(url, ref.name, devices, options.argv(), log_path)
+            on_gpus = all(d.startswith("cuda") for d in devices)
+            return run_worker_processes(
+                url, ref.name, devices, options.argv(), restart_failed=on_gpus, log_path=log_path
+            )
         device = devices[0]
         return run_logging_to_file(
             lambda: run_worker(open_storage(url), ref.name, device, options), log_path

@@ -25,10 +25,10 @@ from search.study.studies import StudyRef, open_study
 from search.worker.launcher import (
     check_devices,
     local_devices,
-    run_worker,
     run_worker_processes,
 )
 from search.worker.preflight import check_task
+from search.worker.run import run_worker
 
 __all__ = ["add_parser", "cmd_create", "cmd_run"]
 
@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_gpus = all(d.startswith("cuda") for d in devices)
         progress = StudyProgress(url, study.name) if sys.stderr.isatty() else None
         code = run_worker_processes(
-            url, study.name, devices, options, restart_failed=on_gpus, progress=progress
+            url, study.name, devices, options.argv(), restart_failed=on_gpus, progress=progress
         )
     status = study_status(storage, open_study(storage, study.name))
     print(format_best(status))

@@ -60,7 +60,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         return watch(storage, study, interval_s=args.interval or DEFAULT_INTERVAL_S)
     status = study_status(storage, study)
-    print(json.dumps(status) if args.json else format_status(status))
+    print(json.dumps(status.to_dict()) if args.json else format_status(status))
     return EXIT_OK
 
 

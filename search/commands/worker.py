@@ -24,10 +24,10 @@ from search.worker.launcher import (
     check_devices,
     default_device,
     local_devices,
-    run_worker,
     run_worker_processes,
 )
 from search.worker.preflight import check_task
+from search.worker.run import run_worker
 
 __all__ = ["add_parser", "cmd_worker"]
 
@@ -64,6 +64,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.gpus == "all":  # even with one GPU: its child is restarted after a CUDA error
         progress = StudyProgress(url, study.name) if sys.stderr.isatty() else None
         return run_worker_processes(
-            url, study.name, devices, options, restart_failed=True, progress=progress
+            url, study.name, devices, options.argv(), restart_failed=True, progress=progress
         )
     return run_worker(storage, study.name, devices[0], options)

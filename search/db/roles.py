@@ -33,7 +33,14 @@ from search.db.migrate import schema_for
 from search.db.storage import Storage, StorageError
 from search.errors import first_line
 
-__all__ = ["VIEWER_ROLE", "WORKER_ROLE", "RoleNames", "grant_roles", "refused_write"]
+__all__ = [
+    "VIEWER_ROLE",
+    "WORKER_ROLE",
+    "RoleNames",
+    "grant_roles",
+    "is_read_only",
+    "refused_write",
+]
 
 WORKER_ROLE = "hpsearch_worker"
 VIEWER_ROLE = "hpsearch_viewer"
@@ -88,6 +95,26 @@ def grant_roles(storage: Storage, roles: RoleNames, *, create: bool) -> list[str
             "`hpsearch migrate --create-roles` as the tables' owner with CREATEROLE)"
         ) from None
     return lines
+
+
+def is_read_only(storage: Storage) -> bool:
+    """Whether this connection may not write studies: a read-only role or transaction
+    (`default_transaction_read_only`, a hot standby), no INSERT on Optuna's tables, or a SQLite
+    file this user cannot write."""
+    if storage.is_postgres:
+        with storage.autocommit() as conn:
+            read_only = conn.execute(sa.text("SHOW transaction_read_only")).scalar_one()
+            may_write = conn.execute(
+                sa.text(
+                    "SELECT has_table_privilege(CAST('trials' AS regclass), 'INSERT') "
+                    "AND has_table_privilege(CAST('study_system_attributes' AS regclass), "
+                    "'INSERT')"
+                )
+            ).scalar_one()
+        return read_only == "on" or not may_write
+    path = storage.sqlite_path()
+    assert path is not None
+    return not os.access(path, os.W_OK) or not os.access(path.parent or ".", os.W_OK)
 
 
 def refused_write(exc: BaseException) -> str | None:

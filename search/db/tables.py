@@ -163,6 +163,7 @@ workers = sa.Table(
     sa.Column("grace_s", _FLOAT, nullable=False, doc="silence after which it counts as dead"),
     sa.Column("stopped_at", _FLOAT),
     sa.Column("stop_reason", sa.String(255)),
+    sa.Column("launched_by", sa.Text, doc="JSON: the Slurm job or Kubernetes pod, if any"),
     schema=OUR_SCHEMA,
 )
 

@@ -21,7 +21,6 @@ import contextlib
 import gzip
 import ipaddress
 import logging
-import os
 import signal
 import socket
 import sys
@@ -32,12 +31,12 @@ from types import FrameType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from search.db.migrate import check_schema
+from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
-from search.db.tables import studies, trials
+from search.db.studies import studies_with_more_trials_than
 from search.worker.artifacts import artifact_store_for, existing_directory
 
 __all__ = [
@@ -45,7 +44,6 @@ __all__ = [
     "GzipJson",
     "host_name",
     "is_loopback",
-    "is_read_only",
     "large_studies",
     "open_dashboard",
     "port_number",
@@ -67,15 +65,7 @@ LARGE_STUDY_TRIALS = 2000
 
 def large_studies(storage: Storage) -> list[tuple[str, int]]:
     """(name, trials) of every study with more than LARGE_STUDY_TRIALS trials."""
-    with storage.autocommit() as conn:
-        rows = conn.execute(
-            sa.select(studies.c.study_name, sa.func.count(trials.c.trial_id))
-            .join(trials, trials.c.study_id == studies.c.study_id)
-            .group_by(studies.c.study_name)
-            .having(sa.func.count(trials.c.trial_id) > LARGE_STUDY_TRIALS)
-            .order_by(studies.c.study_name)
-        ).all()
-    return [(name, n) for name, n in rows]
+    return studies_with_more_trials_than(storage, LARGE_STUDY_TRIALS)
 
 
 class _ThreadedWSGIServer(ThreadingMixIn, WSGIServer):
@@ -300,26 +290,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # a name: whatever it resolves to, others may reach it
         return False
-
-
-def is_read_only(storage: Storage) -> bool:
-    """Whether this connection may not write studies: a read-only role or transaction
-    (`default_transaction_read_only`, a hot standby), no INSERT on Optuna's tables, or a SQLite
-    file this user cannot write."""
-    if storage.is_postgres:
-        with storage.autocommit() as conn:
-            read_only = conn.execute(sa.text("SHOW transaction_read_only")).scalar_one()
-            may_write = conn.execute(
-                sa.text(
-                    "SELECT has_table_privilege(CAST('trials' AS regclass), 'INSERT') "
-                    "AND has_table_privilege(CAST('study_system_attributes' AS regclass), "
-                    "'INSERT')"
-                )
-            ).scalar_one()
-        return read_only == "on" or not may_write
-    path = storage.sqlite_path()
-    assert path is not None
-    return not os.access(path, os.W_OK) or not os.access(path.parent or ".", os.W_OK)
 
 
 def _artifacts_description(storage: Storage, artifacts: str | None) -> str:

@@ -1,15 +1,17 @@
-"""The live line a parent process draws below its local workers' log lines (`hpsearch run`)."""
+"""Progress lines of a study: the one `hpsearch run` draws below its local workers' log lines,
+and `hpsearch compare`'s line per study (both on `search.terminal.StatusLine`)."""
 
 from __future__ import annotations
 
-import sys
+import threading
 import time
 
-from search.db.storage import open_storage
-from search.monitor.status import finished_of, study_status
-from search.study.studies import open_study
+from search.db.storage import Storage, open_storage
+from search.monitor.status import StudyStatus, study_status
+from search.study.studies import StudyRef, open_study
+from search.terminal import StatusLine
 
-__all__ = ["StudyProgress"]
+__all__ = ["StudyProgress", "StudyProgressThread", "describe"]
 
 
 class StudyProgress:
@@ -18,6 +20,7 @@ class StudyProgress:
     def __init__(self, url: str, study_name: str) -> None:
         self.storage = open_storage(url)
         self.study_name = study_name
+        self.line = StatusLine(plain=False)
         self._text, self._at = "", 0.0
 
     def draw(self) -> None:
@@ -29,17 +32,58 @@ class StudyProgress:
                 return
             best = (
                 ""
-                if s["best"] is None
-                else (
-                    f" | best {s['metric']} {s['best']['value']:.4g} (trial {s['best']['number']})"
-                )
+                if s.best is None
+                else f" | best {s.metric} {s.best.value:.4g} (trial {s.best.number})"
             )
             self._text = (
-                f"{self.study_name}: {finished_of(s)} "
-                f"({s['pruned']} pruned), {s['running']} running{best}"
+                f"{self.study_name}: {s.finished_text} "
+                f"({s.pruned} pruned), {s.running} running{best}"
             )
-        sys.stderr.write(f"\r\033[K{self._text}")
-        sys.stderr.flush()
+        self.line.show(self._text)
 
     def clear(self) -> None:
-        sys.stderr.write("\r\033[K")
+        self.line.clear()
+
+
+class StudyProgressThread:
+    """One line per study of a comparison: `where` (strategy, repeat), trials done, best so far.
+    Redrawn every second on a terminal; elsewhere (a log file, CI) one line each time a trial
+    finishes."""
+
+    def __init__(self, storage: Storage, ref: StudyRef, where: str) -> None:
+        self.storage, self.ref, self.where = storage, ref, where
+        self.line = StatusLine()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="compare-progress", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._draw()
+        self.line.keep()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self._draw()
+
+    def _draw(self) -> None:
+        try:
+            text = f"{self.where}: {describe(study_status(self.storage, self.ref))}"
+        except Exception:  # a line not redrawn this second costs nothing
+            return
+        self.line.show(text)
+
+
+def describe(status: StudyStatus) -> str:
+    """``9/12 trials done, 3 pruned, best val_accuracy 0.97 (trial 4)``."""
+    best = status.best
+    shown = "none yet" if best is None else f"{best.value:.4g} (trial {best.number})"
+    pruned = f", {status.pruned} pruned" if status.pruned else ""
+    failed = f", {status.failed} failed" if status.failed else ""
+    epochs = (status.budget or {}).get("epochs")
+    spent = "" if epochs is None else f", {epochs['used']}/{epochs['budget']} epochs"
+    of = f"/{status.n_trials}" if status.n_trials else ""
+    return f"{status.finished}{of} trials done{pruned}{failed}{spent}, best {status.metric} {shown}"

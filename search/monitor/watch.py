@@ -14,15 +14,16 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shutil
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from search.db.storage import Storage, is_transient
 from search.errors import first_line
-from search.monitor.status import finished_of, format_budget, study_status
+from search.monitor.status import StudyStatus, format_budget, study_status
 from search.study.studies import StudyRef
 
 __all__ = ["DEFAULT_INTERVAL_S", "format_live", "watch"]
@@ -50,7 +51,7 @@ def watch(
                 view.unreachable(first_line(exc))
             else:
                 view.show(status)
-                if _finished(status):
+                if status.done:
                     view.close("study finished")
                     return 0
             time.sleep(interval_s)
@@ -59,52 +60,36 @@ def watch(
         return 0
 
 
-def format_live(status: dict[str, Any]) -> list[str]:
+def format_live(status: StudyStatus) -> list[str]:
     """The table's lines: counts, the best so far, the running trials."""
-    best = status["best"]
+    best = status.best
     lines = [
-        f"study {status['study']}: {finished_of(status)} "
-        f"({status['metric']}, {status['direction']})",
-        f"  complete {status['complete']}  pruned {status['pruned']}  "
-        f"failed {status['failed']}  running {status['running']}  "
-        f"waiting {status['waiting']}  paused {status['paused']}  "
-        f"live workers {status['live_workers']}",
+        f"study {status.study}: {status.finished_text} ({status.metric}, {status.direction})",
+        f"  complete {status.complete}  pruned {status.pruned}  "
+        f"failed {status.failed}  running {status.running}  "
+        f"waiting {status.waiting}  paused {status.paused}  live workers {status.live_workers}",
         "  best so far: none yet"
         if best is None
-        else f"  best so far: trial {best['number']}  {status['metric']} {_score(best['value'])}",
+        else f"  best so far: trial {best.number}  {status.metric} {_score(best.value)}",
     ]
     budget = format_budget(status)
     if budget:
         lines.insert(2, budget)
-    if status["running_trials"]:
+    if status.running_trials:
         lines.append(f"  {'trial':>5}  {'epoch':>5}  {'last score':>10}  {'heartbeat':>9}  worker")
-        for r in status["running_trials"]:
-            age = r["heartbeat_age_s"]
+        for r in status.running_trials:
+            age = r.heartbeat_age_s
             heartbeat = "-" if age is None else f"{age:.0f}s ago"
             worker = (
-                f"{r['worker_id']} ({r['hostname']}, {r['device']})"
-                if r["worker_id"]
-                else "(being sampled)"
+                f"{r.worker_id} ({r.hostname}, {r.device})" if r.worker_id else "(being sampled)"
             )
-            last = "-" if r["last_value"] is None else _score(r["last_value"])
-            lines.append(
-                f"  {r['number']:>5}  {r['epoch']:>5}  {last:>10}  {heartbeat:>9}  {worker}"
-            )
+            last = "-" if r.last_value is None else _score(r.last_value)
+            lines.append(f"  {r.number:>5}  {r.epoch:>5}  {last:>10}  {heartbeat:>9}  {worker}")
     return lines
 
 
 def _score(value: float) -> str:
     return f"{value:.4g}" if math.isfinite(value) else str(value)
-
-
-def _finished(status: dict[str, Any]) -> bool:
-    done = status["complete"] + status["pruned"] + status["failed"]
-    if status["running"] or status["waiting"] or status["paused"]:
-        return False
-    if status["n_trials"] and done >= status["n_trials"]:
-        return True
-    budget = status.get("budget") or {}
-    return done > 0 and any(b["left"] <= 0 for b in budget.values())
 
 
 class _TerminalView:
@@ -114,7 +99,7 @@ class _TerminalView:
         self.out = out
         self.drawn = 0
 
-    def show(self, status: dict[str, Any]) -> None:
+    def show(self, status: StudyStatus) -> None:
         lines = format_live(status)
         lines.append(f"  (every refresh; Ctrl-C stops; {time.strftime('%H:%M:%S')})")
         self._draw(lines)
@@ -142,9 +127,9 @@ class _LinesView:
         self.out = out
         self.last: list[str] | None = None
 
-    def show(self, status: dict[str, Any]) -> None:
+    def show(self, status: StudyStatus) -> None:
         # Heartbeat ages change every second; a block is printed only when something else did.
-        key = format_live({**status, "running_trials": _without_ages(status)})
+        key = format_live(_without_ages(status))
         if key == self.last:
             return
         self.last = key
@@ -163,5 +148,6 @@ class _LinesView:
         self.out.flush()
 
 
-def _without_ages(status: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{**r, "heartbeat_age_s": None} for r in status["running_trials"]]
+def _without_ages(status: StudyStatus) -> StudyStatus:
+    ageless = [dataclasses.replace(r, heartbeat_age_s=None) for r in status.running_trials]
+    return dataclasses.replace(status, running_trials=ageless)

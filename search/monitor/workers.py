@@ -8,19 +8,18 @@ exited and said so. Times are the database's clock, so heartbeat ages agree acro
 
 from __future__ import annotations
 
-import functools
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
-import sqlalchemy as sa
 
+from search.db.fleet import delete_study_rows, read_workers
 from search.db.liveness import live_workers
-from search.db.statements import db_now
 from search.db.storage import Storage, StorageError
-from search.db.tables import sampling_locks, studies, trial_leases, trials, workers
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore
+from search.worker.provenance import launched_by_label
 
 __all__ = ["FleetWorker", "delete_study", "format_workers", "list_workers", "workers_json"]
 
@@ -44,17 +43,16 @@ class FleetWorker:
     """Seconds since its last heartbeat, by the database's clock."""
     grace_s: float
     stop_reason: str | None
+    launched_by: dict[str, str] | None = None
+    """The Slurm job array task or Kubernetes pod that started it (None: started by hand)."""
 
 
 def list_workers(
     storage: Storage, *, study_id: int | None = None, include_stopped: bool = False
 ) -> list[FleetWorker]:
     """Every worker (of one study), alive ones first, then lost, then stopped, newest first."""
-    with storage.read() as conn:
-        rows = conn.execute(
-            _workers_statement(conn.dialect.name, study_id is not None), {"study": study_id}
-        ).all()
     listed = []
+    rows = read_workers(storage, study_id)
     for row in rows:
         age = max(0.0, float(row.age))
         if row.stopped_at is not None:
@@ -76,6 +74,7 @@ def list_workers(
                 heartbeat_age_s=round(age, 1),
                 grace_s=row.grace_s,
                 stop_reason=row.stop_reason,
+                launched_by=json.loads(row.launched_by) if row.launched_by else None,
             )
         )
     order = {"alive": 0, "lost": 1, "stopped": 2}
@@ -92,7 +91,18 @@ def workers_json(listed: list[FleetWorker]) -> dict[str, Any]:
 def format_workers(listed: list[FleetWorker]) -> str:
     if not listed:
         return "no workers"
-    header = ("state", "study", "host", "pid", "device", "trial", "epoch", "heartbeat", "worker")
+    header = (
+        "state",
+        "study",
+        "host",
+        "pid",
+        "device",
+        "trial",
+        "epoch",
+        "heartbeat",
+        "scheduler",
+        "worker",
+    )
     rows = [header]
     for w in listed:
         rows.append(
@@ -105,6 +115,7 @@ def format_workers(listed: list[FleetWorker]) -> str:
                 "-" if w.trial is None else str(w.trial),
                 "-" if w.epoch is None else str(w.epoch),
                 f"{_age(w.heartbeat_age_s)} ago",
+                launched_by_label(w.launched_by),
                 w.worker_id,
             )
         )
@@ -125,35 +136,6 @@ def _age(seconds: float) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-@functools.cache
-def _workers_statement(dialect: str, one_study: bool) -> sa.Select:
-    running = sa.select(trials.c.trial_id, trials.c.number).where(trials.c.state == "RUNNING")
-    running = running.subquery("running")
-    statement = (
-        sa.select(
-            workers.c.worker_id,
-            studies.c.study_name,
-            workers.c.hostname,
-            workers.c.pid,
-            workers.c.device,
-            workers.c.grace_s,
-            workers.c.stopped_at,
-            workers.c.stop_reason,
-            (db_now(dialect) - workers.c.heartbeat_at).label("age"),
-            running.c.number,
-            trial_leases.c.epoch,
-        )
-        .join(studies, studies.c.study_id == workers.c.study_id)
-        .outerjoin(
-            sa.join(trial_leases, running, running.c.trial_id == trial_leases.c.trial_id),
-            trial_leases.c.worker_id == workers.c.worker_id,
-        )
-    )
-    if one_study:
-        statement = statement.where(workers.c.study_id == sa.bindparam("study"))
-    return statement
-
-
 def delete_study(
     storage: Storage, study: StudyRef, store: ArtifactStore, *, force: bool = False
 ) -> str:
@@ -171,15 +153,7 @@ def delete_study(
             f"study {study.name!r} has {alive} live worker(s) (see `hpsearch workers --study "
             f"{study.name}`): stop them first, or pass --force"
         )
-    with storage.transaction() as conn:
-        n_trials = conn.execute(
-            sa.select(sa.func.count()).where(trials.c.study_id == study.study_id)
-        ).scalar_one()
-        leases = conn.execute(
-            sa.delete(trial_leases).where(trial_leases.c.study_id == study.study_id)
-        ).rowcount
-        gone = conn.execute(sa.delete(workers).where(workers.c.study_id == study.study_id)).rowcount
-        conn.execute(sa.delete(sampling_locks).where(sampling_locks.c.study_id == study.study_id))
+    n_trials, gone, leases = delete_study_rows(storage, study.study_id)
     remove_prefix = getattr(store, "remove_prefix", None)
     if remove_prefix is not None:
         remove_prefix(f"{study.uid}-")  # every checkpoint of the study (TrialCheckpoints' ids)

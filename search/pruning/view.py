@@ -5,9 +5,9 @@ Optuna's pruners decide from a study's trials: successive halving and Hyperband 
 intermediate values of complete trials. Reading whole trials for that (params, attributes and
 values of every running and queued trial, on every rung of every trial) was most of a worker's
 database time. `PruningStorage` answers a pruner's reads from two small incremental queries
-instead, and records the rung attributes a pruner writes with one statement; everything else is
-Optuna's RDBStorage unchanged. `tests/search/test_pruning.py` checks that the decisions are those
-Optuna makes on its own storage.
+(`search.db.trial_changes`) instead, and records the rung attributes a pruner writes with one
+statement; everything else is Optuna's RDBStorage unchanged. `tests/search/pruning/test_pruning.py`
+checks that the decisions are those Optuna makes on its own storage.
 
 Successive halving and Hyperband decide from `RungValues` instead of scanning trials: per bracket
 and rung, the sorted values of the trials that completed it, kept up to date as the view
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import functools
 import json
 import logging
 import math
@@ -40,17 +39,18 @@ from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import optuna
-import sqlalchemy as sa
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from search.db.statements import bound_ids, in_bound_ids, upsert_attributes
+from search.db.statements import upsert_attributes
 from search.db.storage import Storage, is_transient
-from search.db.tables import (
-    stored_float,
-    trial_intermediate_values,
-    trial_system_attributes,
-    trials,
+from search.db.tables import stored_float, trial_system_attributes
+from search.db.trial_changes import (
+    RUNG_PREFIX,
+    STATES,
+    ChangeCursor,
+    read_changed_trials,
+    read_curves,
 )
 from search.pruning.pruners import HyperbandPruner, make_pruner
 from search.study.studies import StudyRef
@@ -59,11 +59,6 @@ from search.study.view import StudyFactsStorage
 __all__ = ["Pruner", "PruningStorage", "RungValues"]
 
 logger = logging.getLogger("search.pruning")
-
-RUNG_PREFIX = "completed_rung_"
-"""Optuna's successive halving records a trial's value at rung k as `completed_rung_k`."""
-
-_STATES = {s.name: s for s in TrialState}
 
 
 class PruningStorage(StudyFactsStorage):
@@ -82,8 +77,7 @@ class PruningStorage(StudyFactsStorage):
         self._with_curves = study.config.pruner.type == "median"
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial
         self._sorted: list[FrozenTrial] | None = None  # _trials by number, until one changes
-        self._unfinished: set[int] = set()
-        self._max_id = -1
+        self._cursor = ChangeCursor(study.study_id)
         self._lock = threading.RLock()
         self.on_rung_value: Callable[[int, int, str, Any], None] | None = None
         """Called with (trial id, number, key, value) for every rung value read or written."""
@@ -127,7 +121,7 @@ class PruningStorage(StudyFactsStorage):
         with self._lock:
             if trial_id not in self._trials:
                 self._trials[trial_id] = _light_trial(trial_id, number, TrialState.RUNNING, {}, {})
-                self._unfinished.add(trial_id)
+                self._cursor.unfinished.add(trial_id)
                 self._sorted = None
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
@@ -222,18 +216,10 @@ class PruningStorage(StudyFactsStorage):
         """Read trials that are new or were unfinished last time; finished ones never change.
         The lock is not held while the database answers."""
         with self._lock:
-            max_seen, unfinished = self._max_id, sorted(self._unfinished)
+            cursor = self._cursor.snapshot()
         with self._storage.autocommit() as conn:
-            dialect = conn.dialect.name
             # One round trip: the trials and the rung attributes successive halving compares.
-            joined = conn.execute(
-                _changed_trials_statement(dialect),
-                {
-                    "study": self._study.study_id,
-                    "max_seen": max_seen,
-                    "ids": bound_ids(dialect, unfinished),
-                },
-            ).all()
+            joined = read_changed_trials(conn, cursor, with_rungs=True)
             if not joined:
                 return
             rows = {r.trial_id: r for r in joined}.values()
@@ -242,12 +228,10 @@ class PruningStorage(StudyFactsStorage):
                 if r.key is not None:
                     attrs.setdefault(r.trial_id, []).append((r.key, r.value_json))
             # Only the median pruner reads finished trials' curves: the others skip the rows.
-            finished = [r.trial_id for r in rows if _STATES[r.state].is_finished()]
+            finished = [r.trial_id for r in rows if STATES[r.state].is_finished()]
             steps: dict[int, list[tuple[int, float | None, str]]] = {}
             if self._with_curves and finished:
-                for trial_id, step, value, kind in conn.execute(
-                    _curves_statement(dialect), {"ids": bound_ids(dialect, finished)}
-                ):
+                for trial_id, step, value, kind in read_curves(conn, finished):
                     steps.setdefault(trial_id, []).append((step, value, kind))
         with self._lock:
             self._apply(rows, attrs, steps)
@@ -259,7 +243,7 @@ class PruningStorage(StudyFactsStorage):
         steps: dict[int, list[tuple[int, float | None, str]]],
     ) -> None:
         for r in rows:
-            state = _STATES[r.state]
+            state = STATES[r.state]
             system_attrs = {k: json.loads(v) for k, v in attrs.get(r.trial_id, [])}
             system_attrs.update(self._pending.get(r.trial_id, {}))  # decided, not written yet
             known = self._trials.get(r.trial_id)
@@ -277,11 +261,7 @@ class PruningStorage(StudyFactsStorage):
                 system_attrs,
                 {step: stored_float(v, kind) for step, v, kind in steps.get(r.trial_id, [])},
             )
-            if state.is_finished():
-                self._unfinished.discard(r.trial_id)
-            else:
-                self._unfinished.add(r.trial_id)
-            self._max_id = max(self._max_id, r.trial_id)
+            self._cursor.saw(r.trial_id, state)
 
 
 class RungValues:
@@ -490,35 +470,3 @@ def _light_trial(
         intermediate_values=intermediate_values,
         trial_id=trial_id,
     )
-
-
-@functools.cache
-def _changed_trials_statement(dialect: str) -> sa.Select:
-    """Trials created since the last look, or unfinished then, with their rung attributes."""
-    t, a = trials, trial_system_attributes
-    rung = sa.and_(
-        a.c.trial_id == t.c.trial_id, a.c.key.startswith("completed_rung_", autoescape=True)
-    )
-    return (
-        sa.select(t.c.trial_id, t.c.number, t.c.state, a.c.key, a.c.value_json)
-        .select_from(t.outerjoin(a, rung))
-        .where(
-            # Both branches on the primary key (the ids are this study's): reads only what
-            # changed, not every trial of the study.
-            sa.or_(
-                sa.and_(
-                    t.c.trial_id > sa.bindparam("max_seen"),
-                    t.c.study_id == sa.bindparam("study"),
-                ),
-                in_bound_ids(dialect, t.c.trial_id),
-            )
-        )
-    )
-
-
-@functools.cache
-def _curves_statement(dialect: str) -> sa.Select:
-    v = trial_intermediate_values
-    return sa.select(
-        v.c.trial_id, v.c.step, v.c.intermediate_value, v.c.intermediate_value_type
-    ).where(in_bound_ids(dialect, v.c.trial_id))

@@ -4,10 +4,10 @@ Optuna's samplers read the whole study before every sample. Through Optuna's sto
 reload of every trial that changed, attribute by attribute, and every suggested param is its own
 write: about 35 commits per trial, under the study's sampling lock, while the other workers wait
 for the queue. `StudyMirror` keeps the trials in this process instead, refreshed incrementally
-(`refresh`: the trials created since the last look and the ones unfinished then, a few indexed
-reads; a finished trial never changes), and the samplers write their params and attributes into
-new trials held here until `take_sampled` hands them over, to be inserted all at once
-(`search.db.trial_rows.insert_sampled_trials`).
+(`refresh`: `search.db.trial_changes`, the trials created since the last look and the ones
+unfinished then, a few indexed reads; a finished trial never changes), and the samplers write
+their params and attributes into new trials held here until `take_sampled` hands them over, to
+be inserted all at once (`search.db.trial_rows.insert_sampled_trials`).
 
 Queued (WAITING) trials that have their params are shown to the samplers as RUNNING: they will
 run, and TPE's constant liar should count them as it counts running ones, so that a batch
@@ -27,26 +27,25 @@ Example::
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 from collections.abc import Container, Sequence
 from typing import Any
 
 import optuna
-import sqlalchemy as sa
 from optuna.distributions import BaseDistribution, json_to_distribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from search.db.statements import bound_ids, in_bound_ids
 from search.db.storage import Storage
-from search.db.tables import (
-    stored_float,
-    trial_intermediate_values,
-    trial_params,
-    trial_system_attributes,
-    trial_values,
-    trials,
+from search.db.tables import stored_float
+from search.db.trial_changes import (
+    STATES,
+    ChangeCursor,
+    read_changed_trials,
+    read_curves,
+    read_params,
+    read_system_attrs,
+    read_values,
 )
 from search.db.trial_rows import SampledTrial
 from search.pruning.pruners import make_pruner
@@ -54,8 +53,6 @@ from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
 
 __all__ = ["StudyMirror"]
-
-_STATES = {s.name: s for s in TrialState}
 
 
 class StudyMirror(StudyFactsStorage):
@@ -72,8 +69,7 @@ class StudyMirror(StudyFactsStorage):
         self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial, from the database
         self._sampled: dict[int, FrozenTrial] = {}  # provisional id (< 0) -> trial in memory
         self._sorted: list[FrozenTrial] | None = None
-        self._unfinished: set[int] = set()
-        self._max_id = -1
+        self._cursor = ChangeCursor(study.study_id)
         self._distributions: dict[str, BaseDistribution] = {}  # JSON -> parsed, parsed once
 
     # -- the mirror -----------------------------------------------------------------------------
@@ -81,48 +77,33 @@ class StudyMirror(StudyFactsStorage):
     def refresh(self) -> int:
         """Read what changed since the last look; returns how many trials changed."""
         with self._storage.read() as conn:
-            dialect = conn.dialect.name
-            rows = conn.execute(
-                _changed_trials_statement(dialect),
-                {
-                    "study": self._study.study_id,
-                    "max_seen": self._max_id,
-                    "ids": bound_ids(dialect, sorted(self._unfinished)),
-                },
-            ).all()
+            rows = read_changed_trials(conn, self._cursor)
             changed = [r for r in rows if self._changed(r.trial_id, r.state)]
             if not changed:
                 return 0
-            ids = bound_ids(dialect, [r.trial_id for r in changed])
+            ids = [r.trial_id for r in changed]
             params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
-            for trial_id, name, value, dist_json in conn.execute(
-                _params_statement(dialect), {"ids": ids}
-            ):
+            for trial_id, name, value, dist_json in read_params(conn, ids):
                 values, dists = params.setdefault(trial_id, ({}, {}))
                 dist = self._distribution(dist_json)
                 values[name] = dist.to_external_repr(value)
                 dists[name] = dist
             attrs: dict[int, dict[str, Any]] = {}
-            for trial_id, key, value_json in conn.execute(_attrs_statement(dialect), {"ids": ids}):
+            for trial_id, key, value_json in read_system_attrs(conn, ids):
                 attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
-            finished = [r.trial_id for r in changed if _STATES[r.state].is_finished()]
+            finished = [r.trial_id for r in changed if STATES[r.state].is_finished()]
             values_of: dict[int, float] = {}
             curves: dict[int, dict[int, float]] = {}
             if finished:
-                done = bound_ids(dialect, finished)
-                for trial_id, value, kind in conn.execute(
-                    _values_statement(dialect), {"ids": done}
-                ):
+                for trial_id, value, kind in read_values(conn, finished):
                     values_of[trial_id] = stored_float(value, kind)
                 pruned = [r.trial_id for r in changed if r.state == "PRUNED"]
                 if pruned:
-                    for trial_id, step, value, kind in conn.execute(
-                        _curves_statement(dialect), {"ids": bound_ids(dialect, pruned)}
-                    ):
+                    for trial_id, step, value, kind in read_curves(conn, pruned):
                         curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
         for r in changed:
             values, dists = params.get(r.trial_id, ({}, {}))
-            state = _STATES[r.state]
+            state = STATES[r.state]
             value = values_of.get(r.trial_id)
             self._trials[r.trial_id] = FrozenTrial(
                 number=r.number,
@@ -138,11 +119,7 @@ class StudyMirror(StudyFactsStorage):
                 intermediate_values=curves.get(r.trial_id, {}),
                 trial_id=r.trial_id,
             )
-            if state.is_finished():
-                self._unfinished.discard(r.trial_id)
-            else:
-                self._unfinished.add(r.trial_id)
-            self._max_id = max(self._max_id, r.trial_id)
+            self._cursor.saw(r.trial_id, state)
         self._sorted = None
         return len(changed)
 
@@ -188,7 +165,7 @@ class StudyMirror(StudyFactsStorage):
         known = self._trials.get(trial_id)
         if known is None:
             return True
-        if known.params and not known.state.is_finished() and not _STATES[state].is_finished():
+        if known.params and not known.state.is_finished() and not STATES[state].is_finished():
             return False  # queued or running, with its params: samplers see it running either way
         return known.state.name != state
 
@@ -308,50 +285,3 @@ def _queued_as_running(trial: FrozenTrial) -> FrozenTrial:
         trial_id=trial._trial_id,
     )
     return shown
-
-
-@functools.cache
-def _changed_trials_statement(dialect: str) -> sa.Select:
-    """The study's trials created since the last look, or unfinished then."""
-    t = trials
-    return sa.select(
-        t.c.trial_id, t.c.number, t.c.state, t.c.datetime_start, t.c.datetime_complete
-    ).where(
-        # Both branches on the primary key (the ids are this study's): reads only what changed.
-        sa.or_(
-            sa.and_(t.c.trial_id > sa.bindparam("max_seen"), t.c.study_id == sa.bindparam("study")),
-            in_bound_ids(dialect, t.c.trial_id),
-        )
-    )
-
-
-@functools.cache
-def _params_statement(dialect: str) -> sa.Select:
-    p = trial_params
-    return sa.select(p.c.trial_id, p.c.param_name, p.c.param_value, p.c.distribution_json).where(
-        in_bound_ids(dialect, p.c.trial_id)
-    )
-
-
-@functools.cache
-def _attrs_statement(dialect: str) -> sa.Select:
-    a = trial_system_attributes
-    return sa.select(a.c.trial_id, a.c.key, a.c.value_json).where(
-        in_bound_ids(dialect, a.c.trial_id)
-    )
-
-
-@functools.cache
-def _values_statement(dialect: str) -> sa.Select:
-    v = trial_values
-    return sa.select(v.c.trial_id, v.c.value, v.c.value_type).where(
-        in_bound_ids(dialect, v.c.trial_id), v.c.objective == 0
-    )
-
-
-@functools.cache
-def _curves_statement(dialect: str) -> sa.Select:
-    v = trial_intermediate_values
-    return sa.select(
-        v.c.trial_id, v.c.step, v.c.intermediate_value, v.c.intermediate_value_type
-    ).where(in_bound_ids(dialect, v.c.trial_id))

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import math
 import tomllib
@@ -24,6 +25,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from search.db.storage import mask_url
 from search.study.space import (
     CategoricalParam,
     FloatParam,
@@ -40,15 +42,21 @@ __all__ = [
     "PRUNERS",
     "SAMPLERS",
     "UNLIMITED_TRIALS",
+    "WANDB_MODES",
     "ConfigError",
     "GridSettings",
+    "MlflowSettings",
     "PrunerSettings",
     "StudyConfig",
     "StudySettings",
     "TaskSettings",
+    "TrackingSettings",
+    "WandbSettings",
+    "check_tracker_installed",
     "load_config",
     "params_from_overrides",
     "parse_config",
+    "parse_tracking",
 ]
 
 UNLIMITED_TRIALS = 2**31 - 1
@@ -57,6 +65,7 @@ UNLIMITED_TRIALS = 2**31 - 1
 SAMPLERS = ("random", "tpe", "grid", "qmc", "cmaes", "gp")
 PRUNERS = ("hyperband", "successive_halving", "asha", "median", "none")
 DIRECTIONS = ("maximize", "minimize")
+WANDB_MODES = ("online", "offline")
 
 
 class ConfigError(ValueError):
@@ -151,6 +160,55 @@ class GridSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MlflowSettings:
+    """`[tracking] mlflow = {...}`: each trial is one MLflow run, the study their parent run."""
+
+    uri: str
+    """Tracking server URI (http://host:5000, or any URI MLflow accepts). Never a password:
+    MLflow reads MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD itself."""
+    experiment: str | None = None
+    """MLflow experiment the runs go to (created if missing); default: the study name."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WandbSettings:
+    """`[tracking] wandb = {...}`: each trial is one W&B run, grouped by study."""
+
+    project: str
+    """W&B project."""
+    entity: str | None = None
+    """W&B team or user; default: the API key's default entity."""
+    mode: str = "online"
+    """online | offline (offline runs are written under $WANDB_DIR for `wandb sync`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingSettings:
+    """`[tracking]`: the experiment trackers every trial is written to (optional)."""
+
+    mlflow: MlflowSettings | None = None
+    wandb: WandbSettings | None = None
+
+    def __bool__(self) -> bool:
+        return self.mlflow is not None or self.wandb is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            name: {k: v for k, v in asdict(settings).items() if v is not None}
+            for name, settings in (("mlflow", self.mlflow), ("wandb", self.wandb))
+            if settings is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrackingSettings:
+        mlflow, wandb = data.get("mlflow"), data.get("wandb")
+        return cls(
+            mlflow=MlflowSettings(**mlflow) if mlflow is not None else None,
+            wandb=WandbSettings(**wandb) if wandb is not None else None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudyConfig:
     """A whole study config, as stored in the study so that workers need only its name."""
 
@@ -160,6 +218,7 @@ class StudyConfig:
     train: TrainConfig
     space: tuple[Param, ...]
     grid: GridSettings
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
 
     def param(self, name: str) -> Param:
         for p in self.space:
@@ -197,6 +256,8 @@ class StudyConfig:
                 "points": self.grid.points,
                 **{k: list(v) for k, v in self.grid.values.items()},
             },
+            # Only when set: the stored config of a study without trackers is as it was.
+            **({"tracking": self.tracking.to_dict()} if self.tracking else {}),
         }
 
     @classmethod
@@ -213,6 +274,7 @@ class StudyConfig:
             train=TrainConfig(epochs=task.epochs, seed=study.seed, **data["train"]),
             space=tuple(param_from_dict(n, s) for n, s in data["space"].items()),
             grid=GridSettings(points=points, values={k: tuple(v) for k, v in grid.items()}),
+            tracking=TrackingSettings.from_dict(data.get("tracking", {})),
         )
 
     def difference(self, other: StudyConfig) -> str | None:
@@ -247,14 +309,23 @@ def load_config(path: str | Path) -> StudyConfig:
 
 def parse_config(data: dict[str, Any]) -> StudyConfig:
     """Validate a parsed TOML document into a StudyConfig."""
-    _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid"))
+    _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid", "tracking"))
     study = _study(_Section("study", data.get("study"), required=True, settings=StudySettings))
     task = _task(_Section("task", data.get("task"), required=True, settings=TaskSettings))
     pruner = _pruner(_Section("pruner", data.get("pruner"), settings=PrunerSettings), task)
     train = _train(_Section("train", data.get("train"), settings=TrainConfig), task, study)
     space = _space(data.get("space", {}))
     grid = _grid(data.get("grid", {}), space)
-    config = StudyConfig(study=study, pruner=pruner, task=task, train=train, space=space, grid=grid)
+    tracking = _tracking(_Section("tracking", data.get("tracking")))
+    config = StudyConfig(
+        study=study,
+        pruner=pruner,
+        task=task,
+        train=train,
+        space=space,
+        grid=grid,
+        tracking=tracking,
+    )
     if study.sampler == "grid" and (not space or config.grid_size() < 2):
         raise ConfigError(
             "study.sampler: grid needs [space] parameters with at least two grid values in all "
@@ -547,6 +618,59 @@ def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
                 )
         values[key] = tuple(float(v) if isinstance(param, FloatParam) else v for v in raw)
     return GridSettings(points=points, values=values)
+
+
+def parse_tracking(table: Any) -> TrackingSettings:
+    """Validate a `[tracking]` table (also what `hpsearch export` builds from its flags)."""
+    return _tracking(_Section("tracking", table))
+
+
+def _tracking(s: _Section) -> TrackingSettings:
+    s.allow("mlflow", "wandb")
+    mlflow = wandb = None
+    if "mlflow" in s.table:
+        m = _Section("tracking.mlflow", s.table["mlflow"], settings=MlflowSettings)
+        m.allow("uri", "experiment")
+        uri = m.get("uri", str).strip()
+        if not uri:
+            raise ConfigError("tracking.mlflow.uri: must not be empty")
+        if mask_url(uri) != uri:
+            raise ConfigError(
+                f"tracking.mlflow.uri: {mask_url(uri)} holds a password; keep credentials out "
+                "of the config: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+                "MLFLOW_TRACKING_TOKEN, where the workers run"
+            )
+        experiment = m.get("experiment", str)
+        if experiment is not None and not experiment.strip():
+            raise ConfigError("tracking.mlflow.experiment: must not be empty")
+        check_tracker_installed("mlflow")
+        mlflow = MlflowSettings(uri=uri, experiment=experiment)
+    if "wandb" in s.table:
+        w = _Section("tracking.wandb", s.table["wandb"], settings=WandbSettings)
+        w.allow("project", "entity", "mode")
+        project = w.get("project", str)
+        if not project.strip():
+            raise ConfigError("tracking.wandb.project: must not be empty")
+        entity = w.get("entity", str)
+        if entity is not None and not entity.strip():
+            raise ConfigError("tracking.wandb.entity: must not be empty")
+        mode = w.get("mode", str, choices=WANDB_MODES)
+        check_tracker_installed("wandb")
+        wandb = WandbSettings(project=project, entity=entity, mode=mode)
+    return TrackingSettings(mlflow=mlflow, wandb=wandb)
+
+
+def check_tracker_installed(tracker: str) -> None:
+    """ConfigError naming the extra to install when `tracker` (mlflow | wandb) is missing."""
+    try:
+        found = importlib.util.find_spec(tracker) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            f"tracking.{tracker}: the {tracker} package is not installed here: "
+            f"pip install 'hpsearch[{tracker}]'"
+        )
 
 
 def _check_batch_sizes(space: tuple[Param, ...], train: TrainConfig) -> None:

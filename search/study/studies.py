@@ -6,7 +6,6 @@ worker's study name is an error, never a new empty study.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import time
@@ -18,12 +17,10 @@ import optuna
 import sqlalchemy as sa
 
 from search.db.storage import Storage, StorageError
-from search.db.tables import studies, study_system_attributes
+from search.db.studies import CONFIG_ATTR, UID_ATTR, find_study_row
 from search.study.config import ConfigError, StudyConfig
 
 __all__ = [
-    "CONFIG_ATTR",
-    "UID_ATTR",
     "StudyRef",
     "create_study",
     "find_study",
@@ -31,11 +28,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("search.study.studies")
-
-CONFIG_ATTR = "hpsearch:config"
-"""Study system attribute holding the canonical config JSON."""
-UID_ATTR = "hpsearch:uid"
-"""Study system attribute: an id unique across databases (see `StudyRef.uid`)."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +89,7 @@ def find_study(storage: Storage, name: str, *, wait_s: float = 0.0) -> StudyRef 
     get its config (Optuna creates the study and its attributes in separate transactions)."""
     deadline = time.monotonic() + wait_s
     while True:
-        with storage.autocommit() as conn:
-            row = conn.execute(_find_statement(), {"study_name": name}).first()
+        row = find_study_row(storage, name)
         if row is not None and row.config is not None:
             config = StudyConfig.from_dict(json.loads(row.config))
             uid = json.loads(row.uid) if row.uid is not None else str(row.study_id)
@@ -126,19 +117,3 @@ def open_study(storage: Storage, name: str) -> StudyRef:
             "create it first with `hpsearch create CONFIG`"
         )
     return study
-
-
-@functools.cache
-def _find_statement() -> sa.Select:
-    s = studies
-    config = study_system_attributes.alias("config_attr")
-    uid = study_system_attributes.alias("uid_attr")
-    return (
-        sa.select(s.c.study_id, config.c.value_json.label("config"), uid.c.value_json.label("uid"))
-        .select_from(
-            s.outerjoin(
-                config, sa.and_(config.c.study_id == s.c.study_id, config.c.key == CONFIG_ATTR)
-            ).outerjoin(uid, sa.and_(uid.c.study_id == s.c.study_id, uid.c.key == UID_ATTR))
-        )
-        .where(s.c.study_name == sa.bindparam("study_name"))
-    )

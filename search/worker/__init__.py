@@ -10,13 +10,17 @@ data-parallel group, and the local launcher of worker processes.
   promoting (promotion-based ASHA);
 - `artifacts`: checkpoints every worker can reach;
 - `preflight`: the checks before a worker registers; `provenance`: what made a trial;
-- `launcher`: one worker here, or one child process per device (GPUs, threads, restarts);
+- `run`: one worker in this process (`run_worker`, `WorkerOptions`);
+- `launcher`: every local child process (workers, ranks): devices, threads, restarts;
+- `slurm_script`: the sbatch script of a job array of workers (`hpsearch slurm`);
+- `pause`: a trial paused at an ASHA rung; `tracked`: a trial's tracker runs;
 - `trial_by_hand`: `hpsearch try`, one configuration without a study.
 """
 
 from search.worker.artifacts import ArtifactStore, artifact_store_for
-from search.worker.launcher import WorkerOptions, run_worker, run_worker_processes
+from search.worker.launcher import run_worker_processes
 from search.worker.loop import Worker
+from search.worker.run import WorkerOptions, run_worker
 from search.worker.trial_run import TrialOutcome, TrialRun
 
 __all__ = [

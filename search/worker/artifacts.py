@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -28,14 +27,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-import sqlalchemy as sa
 from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 
+from search.db.artifacts import DatabaseArtifactStore
 from search.db.checkpoint_pointers import POINTER_ATTR, drop_pointer, move_pointer, read_pointer
 from search.db.leases import Claim
 from search.db.storage import Storage, StorageError, retry
-from search.db.tables import artifacts
 from search.errors import first_line
 from search.study.studies import StudyRef
 from trainer.checkpoint import CheckpointStore, atomic_write
@@ -43,7 +41,6 @@ from trainer.checkpoint import CheckpointStore, atomic_write
 __all__ = [
     "POINTER_ATTR",
     "ArtifactStore",
-    "DatabaseArtifactStore",
     "DirectoryArtifactStore",
     "TrialCheckpoints",
     "artifact_store_for",
@@ -59,69 +56,6 @@ class ArtifactStore(Protocol):
     def open_reader(self, artifact_id: str) -> BinaryIO: ...
     def write(self, artifact_id: str, content_body: BinaryIO) -> None: ...
     def remove(self, artifact_id: str) -> None: ...
-
-
-class DatabaseArtifactStore:
-    """Artifacts in the study database (hpsearch's table `artifacts`), in chunks.
-
-    PostgreSQL caps one bytea value at 1 GB; chunks of 32 MiB keep memory flat for checkpoints
-    of any size. Writing an artifact is one transaction: readers see all of it or nothing.
-    """
-
-    chunk_bytes = 32 << 20
-
-    def __init__(self, storage: Storage) -> None:
-        self.storage = storage
-
-    def write(self, artifact_id: str, content_body: BinaryIO, trial_id: int | None = None) -> None:
-        """Store an artifact; one of a trial (`trial_id`) is deleted with the trial."""
-        with self.storage.transaction() as conn:
-            conn.execute(sa.delete(artifacts).where(artifacts.c.artifact_id == artifact_id))
-            chunk = 0
-            while True:
-                data = content_body.read(self.chunk_bytes)
-                if not data and chunk > 0:
-                    break
-                conn.execute(
-                    sa.insert(artifacts).values(
-                        artifact_id=artifact_id, chunk=chunk, data=data, trial_id=trial_id
-                    )
-                )
-                chunk += 1
-                if len(data) < self.chunk_bytes:
-                    break
-
-    def open_reader(self, artifact_id: str) -> BinaryIO:
-        # Spooled: small checkpoints stay in memory, big ones go to a temporary file.
-        out = tempfile.SpooledTemporaryFile(max_size=256 << 20)  # noqa: SIM115 (returned open)
-        found = False
-        with self.storage.read() as conn:  # a server-side cursor needs a transaction
-            rows = conn.execution_options(stream_results=True, max_row_buffer=2).execute(
-                sa.select(artifacts.c.data)
-                .where(artifacts.c.artifact_id == artifact_id)
-                .order_by(artifacts.c.chunk)
-            )
-            for (data,) in rows:
-                out.write(data)
-                found = True
-        if not found:
-            out.close()
-            raise ArtifactNotFound(f"no artifact {artifact_id!r} in the database")
-        out.seek(0)
-        return out  # type: ignore[return-value]
-
-    def remove(self, artifact_id: str) -> None:
-        with self.storage.transaction() as conn:
-            conn.execute(sa.delete(artifacts).where(artifacts.c.artifact_id == artifact_id))
-
-    def remove_prefix(self, prefix: str) -> None:
-        """Delete every artifact whose id starts with `prefix` (a finished trial's leftovers)."""
-        with self.storage.transaction() as conn:
-            conn.execute(
-                sa.delete(artifacts).where(
-                    artifacts.c.artifact_id.startswith(prefix, autoescape=True)
-                )
-            )
 
 
 class DirectoryArtifactStore(FileSystemArtifactStore):

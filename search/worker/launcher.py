@@ -1,23 +1,30 @@
-"""Local worker processes: one worker in this process, or one child process per device, which
-GPU each child gets, its environment, and when a child that failed is started again.
+"""Local child processes: which devices and CPU threads each gets, and their supervision.
 
-`hpsearch worker --gpus all` (and `hpsearch run` with several devices) starts one child process
-per device. A child sees exactly one GPU, through ``CUDA_VISIBLE_DEVICES``, and trains on it as
-``cuda:0``. The entry it gets is the parent's own: with ``CUDA_VISIBLE_DEVICES=2,3`` (or UUIDs,
-``GPU-8f6c...,GPU-11aa...``, or MIG instances) the children run on physical GPUs 2 and 3, not 0
-and 1.
+Every process hpsearch starts on this machine is planned here: the workers of `hpsearch run
+--workers N` and `hpsearch worker --gpus all`, the workers `hpsearch compare` runs its studies
+with (`run_worker_processes`), and the ranks of a data-parallel trial (`rank_plans`, started by
+`search.worker.trial_group`). `gpu_count` asks torch only when a GPU is involved.
+
+A worker child sees exactly its GPU (or its group of K, ``--gpus-per-trial``) through
+``CUDA_VISIBLE_DEVICES`` and numbers it from 0. The entry it gets is the parent's own: with
+``CUDA_VISIBLE_DEVICES=2,3`` (or UUIDs, ``GPU-8f6c...,GPU-11aa...``, or MIG instances) the
+children run on physical GPUs 2 and 3, not 0 and 1.
 
 A child that exits 1 (a runtime failure: above all a CUDA error, which leaves the process's CUDA
 context unusable, see ``trainer.faults``; the trial it held went back to the queue, one failed
 attempt) or dies of a signal other than SIGTERM/SIGINT (the kernel's OOM killer, a crash in the
 driver; the reaper hands its trial back) is started again after a backoff, at most
-`CHILD_RESTARTS` times. A child that exits 2 (bad input: it would fail the same way again),
-0 (the study is done) or 130 (interrupted) is not.
+`CHILD_RESTARTS` times, when the caller asks for it (GPU workers). A child that exits 2 (bad
+input: it would fail the same way again), 0 (the study is done) or 130 (interrupted) is not.
+
+Example (what `hpsearch worker --gpus all` does with two GPUs under CUDA_VISIBLE_DEVICES=2,3)::
+
+    plans = child_plans(["cuda:0", "cuda:1"], os.environ, gpu_count=2, cpu_count=16)
+    [p.env["CUDA_VISIBLE_DEVICES"] for p in plans]   # ["2", "3"], each trains on cuda:0
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import queue
@@ -26,34 +33,30 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
-from search.db.migrate import check_schema
-from search.db.storage import Storage, retry
 from search.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
 from search.study.config import ConfigError
-from search.study.studies import open_study
-from search.worker.artifacts import artifact_store_for
-from search.worker.loop import Worker
 from search.worker.preflight import check_device
-from search.worker.training import run_training
-from search.worker.trial_group import gpu_groups, group_label, run_trial_group, trial_devices
 
 __all__ = [
     "CHILD_RESTARTS",
     "ChildPlan",
     "Progress",
-    "WorkerOptions",
     "check_devices",
     "child_plans",
     "default_device",
     "gpu_count",
+    "gpu_groups",
+    "group_label",
     "local_devices",
+    "rank_plans",
     "restart_delay",
-    "run_worker",
     "run_worker_processes",
+    "supervise",
+    "trial_devices",
     "visible_gpus",
 ]
 
@@ -132,30 +135,60 @@ def restart_delay(exit_code: int, restarts: int) -> float | None:
     return RESTART_BACKOFF_S * 2**restarts
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """What `run` and `worker` pass on to each worker (and to worker processes they start)."""
+def rank_plans(devices: list[str], env: Mapping[str, str], *, cpu_count: int) -> list[ChildPlan]:
+    """One `ChildPlan` per rank of a data-parallel trial on `devices` (this process's numbering:
+    ``cuda:N`` or ``cpu``, see `trial_devices`); rank r trains on ``plan.device``.
 
-    artifacts: str | None
-    grace_s: float
-    keep_checkpoints: bool
-    device_memory: int | None
-    """Bytes a trial may use on the worker's device (the pre-training memory check)."""
-    gpus_per_trial: int = 1
-    """Ranks of each trial (search.worker.trial_group); 1: the trial runs in the worker process."""
+    GPU ranks all see the group's GPUs (the parent's ``CUDA_VISIBLE_DEVICES`` entries, so that
+    NCCL finds its peers) and rank r trains on the r-th. CPU ranks share this process's threads:
+    ``OMP_NUM_THREADS`` (else the core count) divided by K, or each would use all the cores.
+    """
+    k = len(devices)
+    plans = []
+    gpu_ids = [int(d.partition(":")[2] or 0) for d in devices if d.startswith("cuda")]
+    visible = ",".join(visible_gpus(env, max(gpu_ids) + 1)[i] for i in gpu_ids) if gpu_ids else ""
+    for r, device in enumerate(devices):
+        child_env = dict(env)
+        if device.startswith("cuda"):
+            child_env["CUDA_VISIBLE_DEVICES"] = visible
+            plans.append(ChildPlan(f"cuda:{r}", f"{device} (rank {r})", child_env))
+        else:
+            threads = int(env.get("OMP_NUM_THREADS") or cpu_count)
+            child_env["OMP_NUM_THREADS"] = str(max(1, threads // k))
+            plans.append(ChildPlan("cpu", f"cpu (rank {r})", child_env))
+    return plans
 
-    def argv(self) -> list[str]:
-        """These options as `hpsearch worker` flags, for a child process."""
-        out = ["--grace-s", str(self.grace_s)]
-        if self.artifacts:
-            out += ["--artifacts", self.artifacts]
-        if self.keep_checkpoints:
-            out.append("--keep-checkpoints")
-        if self.device_memory is not None:
-            out += ["--device-memory", str(self.device_memory)]
-        if self.gpus_per_trial > 1:
-            out += ["--gpus-per-trial", str(self.gpus_per_trial)]
-        return out
+
+def trial_devices(device: str, k: int) -> list[str]:
+    """The K devices of one worker's trials: ``cpu`` -> K CPU ranks; ``cuda:I`` -> GPUs I..I+K-1;
+    ``cuda:A,B`` -> exactly those (then K must match)."""
+    if device == "cpu":
+        return ["cpu"] * k
+    kind, _, index = device.partition(":")
+    if kind != "cuda":
+        raise ValueError(f"--device {device}: use cpu, cuda, cuda:N or cuda:A,B,...")
+    if "," in index:
+        ids = [int(i) for i in index.split(",")]
+        if len(ids) != k:
+            raise ValueError(f"--device {device} names {len(ids)} GPUs, --gpus-per-trial is {k}")
+        return [f"cuda:{i}" for i in ids]
+    first = int(index or 0)
+    return [f"cuda:{first + r}" for r in range(k)]
+
+
+def gpu_groups(gpus: int, k: int) -> list[str]:
+    """The devices of the workers that share `gpus` GPUs, K per trial: ``cuda:0,1``, ...
+    (GPUs left over, fewer than K, go unused)."""
+    if gpus < k:
+        raise ValueError(f"--gpus-per-trial {k}: only {gpus} GPU(s) are visible")
+    return ["cuda:" + ",".join(str(g * k + r) for r in range(k)) for g in range(gpus // k)]
+
+
+def group_label(devices: list[str]) -> str:
+    """How the worker shows its device: ``cpu x2``, ``cuda:0,1``."""
+    if all(d == "cpu" for d in devices):
+        return f"cpu x{len(devices)}"
+    return "cuda:" + ",".join(d.partition(":")[2] for d in devices)
 
 
 class Progress(Protocol):
@@ -166,56 +199,64 @@ class Progress(Protocol):
     def clear(self) -> None: ...
 
 
-def run_worker(storage: Storage, study_name: str, device: str, options: WorkerOptions) -> int:
-    """One worker in this process on `device` until the study is done; its exit code."""
-    # The database answered once (open_storage); if it restarts now, wait for it.
-    retry(lambda: check_schema(storage), "check the schema", attempts=12)
-    study = retry(lambda: open_study(storage, study_name), "open the study", attempts=12)
-    run_trial = None
-    if options.device_memory is not None:
-        run_trial = functools.partial(run_training, device_memory=options.device_memory)
-    if options.gpus_per_trial > 1:
-        group = trial_devices(device, options.gpus_per_trial)
-        run_trial = functools.partial(run_trial_group, devices=group)
-        device = group_label(group)
-    worker = Worker(
-        storage,
-        study,
-        device=device,
-        run_trial=run_trial,
-        grace_s=options.grace_s,
-        artifacts=artifact_store_for(storage, options.artifacts),
-        keep_checkpoints=options.keep_checkpoints,
-    )
-    try:
-        return worker.run()
-    finally:
-        storage.close()
-
-
 def run_worker_processes(
     url: str,
     study_name: str,
     devices: list[str],
-    options: WorkerOptions,
+    worker_argv: Sequence[str],
     *,
     restart_failed: bool = False,
     progress: Progress | None = None,
+    log_path: Path | None = None,
 ) -> int:
-    """One child process per device; the storage URL travels in the environment, never argv
-    (where `ps` would show its password). With `restart_failed` (GPU workers), a child that
-    exits 1 is started again (`restart_delay`). The children's log lines are relayed to this
-    process's stderr, with `progress` redrawn below them."""
-    # This process draws the one progress line; the workers only log.
+    """One `hpsearch worker` child process per device, on study `study_name`, with the flags
+    `worker_argv`; their exit code (0, 1, or 130 if interrupted). The storage URL travels in the
+    environment, never argv (where `ps` would show its password). See `supervise` for
+    `restart_failed`, `progress` and `log_path`."""
+    # The parent draws the one progress line, if any; the workers only log.
     env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
     gpus = gpu_count() if any(d.startswith("cuda") for d in devices) else 0
     plans = child_plans(devices, env, gpu_count=gpus, cpu_count=os.cpu_count() or 1)
-    lines: queue.Queue[str] = queue.Queue()
 
-    def start(plan: ChildPlan) -> subprocess.Popen[str]:
+    def command(plan: ChildPlan) -> list[str]:
         cmd = [sys.executable, "-m", "search", "worker", "--study", study_name]
-        cmd += ["--device", plan.device, *options.argv()]
-        child = subprocess.Popen(cmd, env=plan.env, stderr=subprocess.PIPE, text=True, bufsize=1)
+        return [*cmd, "--device", plan.device, *worker_argv]
+
+    code = supervise(
+        plans, command, restart_failed=restart_failed, progress=progress, log_path=log_path
+    )
+    if code == EXIT_FAILURE and log_path is not None:
+        logger.error("a worker of %s failed; see %s", study_name, log_path)
+    return code
+
+
+def supervise(
+    plans: Sequence[ChildPlan],
+    command: Callable[[ChildPlan], list[str]],
+    *,
+    restart_failed: bool = False,
+    progress: Progress | None = None,
+    log_path: Path | None = None,
+) -> int:
+    """Start ``command(plan)`` under ``plan.env`` for every plan and wait for them all.
+
+    The children's stderr is relayed line by line to this process's stderr, `progress` redrawn
+    below it; with `log_path`, their stdout and stderr go to that file instead. SIGTERM and
+    Ctrl-C reach every child (they checkpoint and hand their trials back). With
+    `restart_failed`, a child that exits 1 or crashes is started again (`restart_delay`).
+    Returns 130 if interrupted, else 0 if every child exited 0, else 1.
+    """
+    lines: queue.Queue[str] = queue.Queue()
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab") if log_path is not None else None  # noqa: SIM115 (closed below)
+
+    def start(plan: ChildPlan) -> subprocess.Popen[Any]:
+        if log is not None:
+            return subprocess.Popen(command(plan), env=plan.env, stdout=log, stderr=log)
+        child = subprocess.Popen(
+            command(plan), env=plan.env, stderr=subprocess.PIPE, text=True, bufsize=1
+        )
         threading.Thread(target=_relay, args=(child, lines), daemon=True).start()
         return child
 
@@ -233,7 +274,7 @@ def run_worker_processes(
             if child.poll() is None:
                 child.send_signal(signum)
 
-    def supervise() -> None:
+    def check_children() -> None:
         """Note the children that ended; restart those due (exit 1, within the budget)."""
         for i, child in enumerate(children):
             if ended[i] or child.poll() is None:
@@ -277,7 +318,7 @@ def run_worker_processes(
                 # The terminal sent Ctrl-C to the children too; they checkpoint and hand back.
                 interrupted = stopping = True
                 continue
-            supervise()
+            check_children()
             if progress is not None:
                 progress.clear()
             if line is not None:
@@ -288,6 +329,8 @@ def run_worker_processes(
         signal.signal(signal.SIGTERM, previous)
         if progress is not None:
             progress.clear()
+        if log is not None:
+            log.close()
     codes = [child.returncode for child in children]
     if interrupted or EXIT_INTERRUPTED in codes:
         return EXIT_INTERRUPTED

@@ -48,9 +48,12 @@ from search.pruning.view import Pruner
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
+from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.pause import Promoter, StudyLimits
+from search.worker.provenance import launched_by
 from search.worker.report_writer import ReportWriter
+from search.worker.tracked import TrialTracking
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
 from trainer import CheckpointStore
@@ -109,6 +112,7 @@ class Worker:
         if progress is None:  # a live line on a terminal, unless a parent process draws one
             progress = sys.stderr.isatty() and os.environ.get("HPSEARCH_PROGRESS") != "0"
         self._progress = progress
+        self._line = StatusLine(plain=False)
         self._best = ""
         self._stop = threading.Event()  # the whole worker must stop
         self._stop_signal: int | None = None
@@ -139,6 +143,7 @@ class Worker:
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
         )
         self.trials_run = 0
+        self._tracking = TrialTracking(study, worker_id=self.worker_id, device=device)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -162,6 +167,7 @@ class Worker:
             pid=os.getpid(),
             device=self.device,
             grace_s=self.grace_s,
+            launched_by=launched_by(),
         )
         self._retry(lambda: liveness.register(self.storage, me), "register worker")
         logger.info(
@@ -204,6 +210,7 @@ class Worker:
                 logger.warning("could not record this worker's exit; it will time out instead")
             restore()
             self._end_progress()
+            self._tracking.close(study_done=reason == "done", hurry=self._stop_signal is not None)
         logger.info(
             "worker %s leaves (%s) after %d trials", self.worker_id, reason, self.trials_run
         )
@@ -328,6 +335,7 @@ class Worker:
 
     def _end_waiting(self, why: str) -> str:
         ended, removed = pauses.end_waiting(self.storage, self.study.study_id, why)
+        self._tracking.ended_by_study_end(ended)
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:
             logger.info(
@@ -374,13 +382,14 @@ class Worker:
                 config=self.config,
                 seed=derived_seed(self.config.study.seed, claim.number, "train"),
                 device=self.device,
-                report=self._reporter(claim, reported),
+                report=self._tracking.reporting(claim.number, self._reporter(claim, reported)),
                 stop=self._trial_stop,
                 checkpoints=self._checkpoint_store(claim),
                 reported=dict(reported),
                 previous_worker=previous,
             )
             self._run_now = run
+            self._tracking.trial_started(run)
             if previous:
                 logger.info(
                     "trial %d: resuming the work of %s (epochs reported: %d; params %s)",
@@ -423,6 +432,7 @@ class Worker:
         self._give_back_epoch()
         if self._lost:
             return
+        self._tracking.trial_ended(run, outcome, paused=self._stop_reason == "paused")
         if outcome.status == "pruned" and self._stop_reason == "paused":
             self._pause(claim, leftover)
             return
@@ -799,8 +809,7 @@ class Worker:
             if epoch
             else "starting"
         )
-        sys.stderr.write(f"\r\033[K[{self.worker_id}] trial {number}: {where}{self._best}")
-        sys.stderr.flush()
+        self._line.show(f"[{self.worker_id}] trial {number}: {where}{self._best}")
 
     def _best_so_far(self) -> str:
         try:
@@ -814,8 +823,7 @@ class Worker:
 
     def _end_progress(self) -> None:
         if self._progress:
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+            self._line.clear()
 
 
 def _fmt_params(params: dict[str, Any]) -> str:

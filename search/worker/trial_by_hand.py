@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from search.study.config import ConfigError, load_config, params_from_overrides
+from search.terminal import format_value
 from trainer import DirectoryCheckpointStore, TaskImportError, resolve_task
 
 __all__ = ["try_config"]
@@ -62,7 +63,7 @@ def try_config(args: argparse.Namespace) -> int:
     logger.setLevel(logging.INFO)
     logger.propagate = False
 
-    shown = "  ".join(f"{name}={_show(value)}" for name, value in params.items())
+    shown = "  ".join(f"{name}={format_value(value)}" for name, value in params.items())
     print(f"{study.task.name}: {shown}", flush=True)
     display = _Display(config.epochs, study.study.metric)
     store = DirectoryCheckpointStore(args.checkpoint_dir) if args.checkpoint_dir else None
@@ -83,7 +84,7 @@ def try_config(args: argparse.Namespace) -> int:
         logger.propagate = propagate
 
     summary = (
-        f"{result.status}: {study.study.metric} {_show(result.metric)} after "
+        f"{result.status}: {study.study.metric} {format_value(result.metric)} after "
         f"{result.epochs_run} epoch(s) ({result.precision} on {result.device_name}, "
         f"{result.wall_seconds:.1f} s)"
     )
@@ -139,9 +140,3 @@ class _Display:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "-" if value is None else str(value)

@@ -44,11 +44,13 @@ from typing import Any
 
 import trainer
 from search.errors import first_line
+from search.worker.launcher import group_label, rank_plans
 from search.worker.training import outcome_of
 from search.worker.trial_run import TrialOutcome, TrialRun
+from trainer.config import DEFAULT_BATCH_SIZE
 from trainer.distributed import ENV_COLLECTIVE_TIMEOUT, ENV_CONTROL_FD, ENV_DEVICE
 
-__all__ = ["gpu_groups", "group_label", "run_trial_group", "trial_devices"]
+__all__ = ["run_trial_group"]
 
 logger = logging.getLogger("search.worker.loop")
 
@@ -59,38 +61,6 @@ LINGER_S = 30.0
 POLL_S = 0.2
 """How often the launcher looks at its ranks between two messages."""
 ENDED_WELL = ("completed", "pruned", "preempted")
-
-
-def trial_devices(device: str, k: int) -> list[str]:
-    """The K devices of one worker's trials: ``cpu`` -> K CPU ranks; ``cuda:I`` -> GPUs I..I+K-1;
-    ``cuda:A,B`` -> exactly those (then K must match)."""
-    if device == "cpu":
-        return ["cpu"] * k
-    kind, _, index = device.partition(":")
-    if kind != "cuda":
-        raise ValueError(f"--device {device}: use cpu, cuda, cuda:N or cuda:A,B,...")
-    if "," in index:
-        ids = [int(i) for i in index.split(",")]
-        if len(ids) != k:
-            raise ValueError(f"--device {device} names {len(ids)} GPUs, --gpus-per-trial is {k}")
-        return [f"cuda:{i}" for i in ids]
-    first = int(index or 0)
-    return [f"cuda:{first + r}" for r in range(k)]
-
-
-def gpu_groups(gpus: int, k: int) -> list[str]:
-    """The devices of the workers that share `gpus` GPUs, K per trial: ``cuda:0,1``, ...
-    (GPUs left over, fewer than K, go unused)."""
-    if gpus < k:
-        raise ValueError(f"--gpus-per-trial {k}: only {gpus} GPU(s) are visible")
-    return ["cuda:" + ",".join(str(g * k + r) for r in range(k)) for g in range(gpus // k)]
-
-
-def group_label(devices: list[str]) -> str:
-    """How the worker shows its device: ``cpu x2``, ``cuda:0,1``."""
-    if all(d == "cpu" for d in devices):
-        return f"cpu x{len(devices)}"
-    return "cuda:" + ",".join(d.partition(":")[2] for d in devices)
 
 
 @dataclass
@@ -128,7 +98,7 @@ def run_trial_group(
 ) -> TrialOutcome:
     """Train one trial on len(devices) ranks; the outcome as `run_training` gives it."""
     k = len(devices)
-    batch_size = int(run.params.get("batch_size", trainer_default_batch()))
+    batch_size = int(run.params.get("batch_size", DEFAULT_BATCH_SIZE))
     accum = run.config.train.grad_accum_steps
     if batch_size < k * accum:
         return TrialOutcome(
@@ -158,12 +128,6 @@ def run_trial_group(
     return _outcome(run, group, batch_size, accum)
 
 
-def trainer_default_batch() -> int:
-    from trainer.loop import DEFAULT_BATCH_SIZE
-
-    return DEFAULT_BATCH_SIZE
-
-
 def _copy_checkpoint(run: TrialRun, scratch: Path) -> str | None:
     """The trial's checkpoint as a local file every rank reads (None: it has none)."""
     if run.checkpoints is None:
@@ -180,34 +144,21 @@ def _copy_checkpoint(run: TrialRun, scratch: Path) -> str | None:
 def _start_ranks(devices: list[str], timeout: float | str | None) -> list[_Rank]:
     k = len(devices)
     port = _free_port()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = visible.split(",") if visible else None
-    gpu_ids = [d.partition(":")[2] for d in devices if d.startswith("cuda")]
     ranks = []
-    for r, device in enumerate(devices):
+    for r, plan in enumerate(rank_plans(devices, os.environ, cpu_count=os.cpu_count() or 1)):
         ours, theirs = socket.socketpair()
         env = dict(
-            os.environ,
+            plan.env,
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             RANK=str(r),
             WORLD_SIZE=str(k),
             LOCAL_RANK=str(r),
             LOCAL_WORLD_SIZE=str(k),
-            **{ENV_CONTROL_FD: str(theirs.fileno())},
+            **{ENV_CONTROL_FD: str(theirs.fileno()), ENV_DEVICE: plan.device},
         )
         if timeout:
             env[ENV_COLLECTIVE_TIMEOUT] = str(timeout)
-        if device.startswith("cuda"):
-            # Each rank sees the group's GPUs (NCCL finds its peers) and trains on its own.
-            ids = [physical[int(i)] for i in gpu_ids] if physical else gpu_ids
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(ids)
-            env[ENV_DEVICE] = f"cuda:{r}"
-        else:
-            env[ENV_DEVICE] = "cpu"
-            # K ranks share the cores: without this each would use all of them.
-            threads = int(os.environ.get("OMP_NUM_THREADS") or (os.cpu_count() or 1))
-            env["OMP_NUM_THREADS"] = str(max(1, threads // k))
         proc = subprocess.Popen(
             [sys.executable, "-m", "trainer.distributed"],
             env=env,

@@ -18,10 +18,9 @@ from trainer.memory import (
     adaptation_plans,
     check_memory,
     fit_memory,
-    format_size,
-    parse_size,
     time_steps,
 )
+from trainer.sizes import format_size, parse_size
 
 CPU = MemoryTarget.for_device("cpu", "fp32")
 digits = resolve_task("digits")

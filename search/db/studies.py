@@ -1,0 +1,56 @@
+"""Finding a study by name with what hpsearch stored in it (its config and its unique id), and
+the studies large enough to slow optuna-dashboard down."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Row
+
+from search.db.storage import Storage
+from search.db.tables import studies, study_system_attributes, trials
+
+__all__ = ["CONFIG_ATTR", "UID_ATTR", "find_study_row", "studies_with_more_trials_than"]
+
+CONFIG_ATTR = "hpsearch:config"
+"""Study system attribute holding the canonical config JSON."""
+UID_ATTR = "hpsearch:uid"
+"""Study system attribute: an id unique across databases (see `StudyRef.uid`)."""
+
+
+def find_study_row(storage: Storage, name: str) -> Row[Any] | None:
+    """The study called `name`: study_id, config and uid (JSON text; None when the study has no
+    such attribute), or None if there is none."""
+    with storage.autocommit() as conn:
+        return conn.execute(_find_statement(), {"study_name": name}).first()
+
+
+def studies_with_more_trials_than(storage: Storage, limit: int) -> list[tuple[str, int]]:
+    """(name, trials) of every study with more than `limit` trials, by name."""
+    with storage.autocommit() as conn:
+        rows = conn.execute(
+            sa.select(studies.c.study_name, sa.func.count(trials.c.trial_id))
+            .join(trials, trials.c.study_id == studies.c.study_id)
+            .group_by(studies.c.study_name)
+            .having(sa.func.count(trials.c.trial_id) > limit)
+            .order_by(studies.c.study_name)
+        ).all()
+    return [(name, n) for name, n in rows]
+
+
+@functools.cache
+def _find_statement() -> sa.Select:
+    s = studies
+    config = study_system_attributes.alias("config_attr")
+    uid = study_system_attributes.alias("uid_attr")
+    return (
+        sa.select(s.c.study_id, config.c.value_json.label("config"), uid.c.value_json.label("uid"))
+        .select_from(
+            s.outerjoin(
+                config, sa.and_(config.c.study_id == s.c.study_id, config.c.key == CONFIG_ATTR)
+            ).outerjoin(uid, sa.and_(uid.c.study_id == s.c.study_id, uid.c.key == UID_ATTR))
+        )
+        .where(s.c.study_name == sa.bindparam("study_name"))
+    )

@@ -1,0 +1,278 @@
+"""`hpsearch compare` on real databases: the studies it runs, the report it writes, bad input."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.artifacts import get_all_artifact_meta
+
+from search.commands import main
+from search.compare.collect import RunResult, TrialPoint
+from search.compare.plan import (
+    CompareRequest,
+    Strategy,
+    grid_for_budget,
+    parse_strategies,
+    plan_compare,
+)
+from search.compare.run import prepare_studies
+from search.compare.statistics import summarize
+from search.db.storage import open_storage
+from search.study.config import parse_config
+from search.worker.loop import Worker
+from search.worker.trial_run import TrialOutcome, TrialRun
+from tests.search.processes import query
+
+TINY = """
+[study]
+name = "{name}"
+n_trials = 4
+
+[pruner]
+type = "none"
+
+[task]
+name = "tests.search.tiny_task:make_task"
+epochs = 2
+
+[space]
+lr = {{ type = "float", low = 1e-3, high = 1.0, log = true }}
+dropout = {{ type = "float", low = 0.0, high = 0.2 }}
+"""
+
+
+def write_config(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.format(name=name))
+    return path
+
+
+def space_config(name: str = "demo", **space: Any) -> Any:
+    return parse_config(
+        {
+            "study": {"name": name},
+            "task": {"name": "digits", "epochs": 3},
+            "space": space
+            or {
+                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+                "dropout": {"type": "float", "low": 0.0, "high": 0.5},
+            },
+        }
+    )
+
+
+def test_the_grid_fills_the_budget() -> None:
+    config = space_config()
+    assert [len(v) for v in grid_for_budget(config, 9).values()] == [3, 3]
+    assert [len(v) for v in grid_for_budget(config, 10).values()] == [4, 3]  # 12, 10 run
+    assert grid_for_budget(config, 4)["lr"] == pytest.approx([1e-4, 1e-1])
+    with_choice = space_config(
+        width={"type": "categorical", "choices": [8, 16, 32]},
+        lr={"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+    )
+    grid = grid_for_budget(with_choice, 9)
+    assert grid["width"] == [8, 16, 32] and len(grid["lr"]) == 3
+    # The stored grid study runs exactly the budget, on those values, with the repeat's seed.
+    runs = plan_compare(config, parse_strategies("grid,random", "none", config), 10, 2)
+    assert [r.name for r in runs] == [
+        "demo-grid-r1",
+        "demo-random-r1",
+        "demo-grid-r2",
+        "demo-random-r2",
+    ]
+    grid_run = runs[0].config
+    assert grid_run.study.n_trials == 10 and grid_run.grid_size() == 12
+    assert len({r.seed for r in runs}) == 4
+
+
+def test_compare_summary_is_what_the_studies_hold(
+    pg_url: str, tmp_path: Path, study_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, study_name)
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "grid,random", "--budget", "4"]
+    argv += ["--out", str(out), "--storage", pg_url]
+    # One repeat first, then two: the second run finds repeat 1 done and runs only repeat 2,
+    # as a comparison stopped half-way is finished by running the same command again.
+    assert main([*argv, "--repeats", "1"]) == 0
+    first = query(
+        pg_url,
+        "SELECT count(*) FROM trials t JOIN studies s USING (study_id) WHERE s.study_name LIKE :n",
+        n=f"{study_name}-%",
+    )[0][0]
+    assert first == 8
+    capsys.readouterr()
+    assert main([*argv, "--repeats", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "grid repeat 1/2: 4/4 trials done" in err and "(already done)" in err
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["strategies"]) == {"grid", "random"}
+    for label, s in summary["strategies"].items():
+        assert s["studies"] == [f"{study_name}-{label}-r1", f"{study_name}-{label}-r2"]
+        for k, name in enumerate(s["studies"]):
+            study = optuna.load_study(study_name=name, storage=pg_url)
+            trials = study.get_trials()
+            assert len(trials) == 4 and all(t.state.name == "COMPLETE" for t in trials)
+            assert s["best_per_repeat"][k] == study.best_value
+            assert s["epochs_trained"][k] == sum(len(t.intermediate_values) for t in trials) == 8
+            for param in ("lr", "dropout"):
+                assert s["distinct_values"][param][k] == len({t.params[param] for t in trials})
+            # The report is attached to every compared study, once, for the dashboard.
+            files = sorted(m.filename for m in get_all_artifact_meta(study))
+            assert files == ["report.html", "summary.json"]
+        assert s["mean"] == pytest.approx(sum(s["best_per_repeat"]) / 2)
+    assert summary["strategies"]["grid"]["distinct_values"]["lr"] == [2, 2]  # a 2 x 2 grid
+    assert summary["strategies"]["random"]["distinct_values"]["lr"] == [4, 4]
+    # Two repeats cannot show a difference at 0.05: the report says so and names no winner.
+    assert any("no significant difference" in c for c in summary["conclusions"])
+    assert not any("beats" in c for c in summary["conclusions"])
+
+    for name in (
+        "report.md",
+        "best_vs_trials.png",
+        "best_vs_epochs.png",
+        "final_bests.png",
+        "score_vs_lr.png",
+    ):
+        assert (out / name).stat().st_size > 0
+    page = (out / "report.html").read_text()
+    # Self-contained: every image inline, nothing fetched from beside the file.
+    assert page.count('src="data:image/png;base64,') == 4 and page.count("src=") == 4
+
+
+def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
+    storage_url: str, tmp_path: Path, study_name: str
+) -> None:
+    """--budget-epochs: every strategy trains the same epochs, pruned and paused trials'
+    included; asha spends what it saves on more trials."""
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(name=study_name).replace("epochs = 2", "epochs = 3"))
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--pruners", "none,asha"]
+    argv += ["--budget-epochs", "15", "--repeats", "1", "--out", str(out)]
+    assert main([*argv, "--storage", storage_url]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["budget_epochs"] == 15
+    trials = {}
+    for label in ("random", "random-asha"):
+        s = summary["strategies"][label]
+        assert s["epochs_trained"] == [15]  # exactly the budget, never more
+        (name,) = s["studies"]
+        found = optuna.load_study(study_name=name, storage=storage_url).get_trials()
+        assert {t.state.name for t in found} <= {"COMPLETE", "PRUNED"}
+        trials[label] = len(found)
+    assert trials["random"] == 5  # 15 epochs of 3-epoch trials
+    assert trials["random-asha"] > trials["random"]
+    assert "equal compute: a budget of 15 epochs" in (out / "report.md").read_text()
+
+
+def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None:
+    """16 workers (threads, each with its own connections) race for a compare grid of 36
+    points: 36 trials, every grid point once."""
+    config = space_config(study_name)
+    (run,) = plan_compare(config, [Strategy("grid")], 36, 1)
+    storage = open_storage(pg_url)
+    (ref,) = prepare_studies(storage, [run], ["compare"])
+    storage.close()
+
+    def quick(trial: TrialRun) -> TrialOutcome:
+        trial.report(1, trial.params["lr"])
+        return TrialOutcome(status="completed", value=trial.params["lr"])
+
+    codes: list[int] = []
+
+    def work() -> None:
+        own = open_storage(pg_url)
+        try:
+            codes.append(Worker(own, ref, run_trial=quick, grace_s=30, progress=False).run())
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=work) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert codes == [0] * 16
+    rows = query(pg_url, "SELECT number FROM trials WHERE study_id = :s", s=ref.study_id)
+    assert sorted(n for (n,) in rows) == list(range(36))
+    trials = optuna.load_study(study_name=ref.name, storage=pg_url).get_trials()
+    points = {(t.params["lr"], t.params["dropout"]) for t in trials}
+    grid = run.config.grid_values()
+    assert len(grid["lr"]) == len(grid["dropout"]) == 6
+    assert points == {(a, b) for a in grid["lr"] for b in grid["dropout"]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--samplers", "grid,bogus", "--budget", "4"], "--samplers: unknown value 'bogus'"),
+        (["--samplers", "grid,random", "--budget", "3"], "below the grid's minimum of 4"),
+        (["--budget", "4", "--repeats", "0"], "--repeats: must be >= 1"),
+        (["--budget", "4", "--budget-epochs", "8"], "not allowed with argument"),
+        (["--samplers", "grid", "--budget-epochs", "6"], "below the grid's minimum of 4"),
+        (["--pruners", "none,bohb", "--budget", "4"], "--pruners: unknown value 'bohb'"),
+    ],
+)
+def test_bad_input_is_exit_2_and_writes_nothing(
+    tmp_path: Path, extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, "bad")
+    db, out = tmp_path / "study.db", tmp_path / "out"
+    code = main(["compare", str(config), *extra, "--out", str(out), "--storage", f"sqlite:///{db}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not db.exists() and not out.exists()
+
+
+def _runs(label: str, bests: list[float]) -> list[RunResult]:
+    return [
+        RunResult(
+            name=f"s-{label}-r{k}",
+            label=label,
+            repeat=k,
+            seed=k,
+            maximize=True,
+            trials=[TrialPoint(number=0, state="COMPLETE", value=b, params={"lr": 0.1}, epochs=3)],
+        )
+        for k, b in enumerate(bests, start=1)
+    ]
+
+
+def _summary(a: list[float], b: list[float]) -> dict[str, Any]:
+    config = space_config("s")
+    request = CompareRequest(
+        config_path="c.toml",
+        config=config,
+        strategies=(Strategy("random"), Strategy("tpe")),
+        budget=1,
+        repeats=len(a),
+        out_dir=Path("."),
+        target=None,
+    )
+    return summarize(_runs("random", a) + _runs("tpe", b), request, config.space, None)
+
+
+def test_the_report_names_a_winner_only_on_evidence() -> None:
+    one = _summary([0.9], [0.5])
+    assert one["tests"] == [] and "One repeat per strategy" in one["conclusions"][0]
+    assert not any("beats" in c for c in one["conclusions"])
+
+    apart = _summary([0.90, 0.91, 0.92, 0.93, 0.94, 0.95], [0.80, 0.81, 0.82, 0.83, 0.84, 0.85])
+    (test,) = apart["tests"]
+    assert test["significant"] and test["a_better_share"] == 1.0
+    assert apart["conclusions"][0].startswith("random beats tpe")
+
+    mixed = _summary([0.90, 0.82, 0.93, 0.84, 0.95, 0.81], [0.91, 0.83, 0.92, 0.85, 0.80, 0.94])
+    assert not mixed["tests"][0]["significant"]
+    assert mixed["conclusions"][0].startswith("random vs tpe: no significant difference")
+    # The target is a pooled quantile of all runs: 3 runs in 4 or more reached it.
+    reached = sum(s["reached_target"] for s in mixed["strategies"].values())
+    assert reached == 10 and mixed["target"]["value"] == 0.82

@@ -1,0 +1,180 @@
+"""`hpsearch dashboard` in a real browser: Debian's headless Chromium, driven by Selenium
+through Debian's chromedriver (no browser download: both paths are given, and Selenium
+Manager is told to stay offline).
+
+The study has complete and pruned trials with intermediate values; the page must show its
+name, its trial count and the metric's name on the history chart. Screenshots are saved in
+the test's temporary directory (their paths are printed: `pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState, create_trial
+
+from search.db.storage import open_storage
+from search.study.config import load_config
+from search.study.note import save_study_note
+from search.study.studies import create_study
+from tests.search.commands.test_cli import write_config
+from tests.search.dashboard_process import DashboardProcess
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+PASSWORD = "Br0wser-secret"
+N_TRIALS = 12
+PAGE_WAIT_S = 60
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        message = (
+            f"THE DASHBOARD WAS NOT TESTED IN A BROWSER: {', '.join(missing)} missing "
+            "(apt-get install chromium chromium-driver; .ci/run installs them)"
+        )
+        warnings.warn(message, stacklevel=1)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # tests run as root in CI containers
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--disable-crash-reporter",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(argument)
+    # Its own process group: whatever the browser leaves behind is killed with it.
+    service = Service(executable_path=CHROMEDRIVER, popen_kw={"start_new_session": True})
+    driver = webdriver.Chrome(service=service, options=options)
+    group = service.process.pid
+    try:
+        yield driver
+    finally:
+        # Headless renderers outlive a driver that is not quit, and eat the machine's cores.
+        try:
+            driver.quit()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+
+def make_study(url: str, name: str, workdir: Path) -> int:
+    """An hpsearch study with complete and pruned trials (every third is pruned at epoch 1)."""
+    storage = open_storage(url)
+    try:
+        study, _ = create_study(storage, load_config(write_config(workdir, name, N_TRIALS)))
+        save_study_note(storage, study, ["create", f"{name}.toml", "--storage", url])
+        optuna_study = optuna.load_study(study_name=name, storage=storage.optuna_storage())
+        lr = FloatDistribution(1e-4, 3e-1, log=True)
+        for i in range(N_TRIALS):
+            pruned = i % 3 == 2
+            values = {epoch: 0.5 + 0.03 * epoch + 0.01 * i for epoch in range(1, 5)}
+            if pruned:
+                values = {1: values[1]}
+            optuna_study.add_trial(
+                create_trial(
+                    state=TrialState.PRUNED if pruned else TrialState.COMPLETE,
+                    value=values[max(values)],
+                    params={"lr": 10 ** (-4 + 3 * i / N_TRIALS)},
+                    distributions={"lr": lr},
+                    intermediate_values=values,
+                )
+            )
+        return study.study_id
+    finally:
+        storage.close()
+
+
+def wait_until(driver: Any, condition: Callable[[Any], Any], what: str) -> Any:
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # The page re-renders while it loads: an element read between two renders is stale, which
+    # only means "not yet", like one not there.
+    ignored = (NoSuchElementException, StaleElementReferenceException)
+    try:
+        return WebDriverWait(
+            driver, PAGE_WAIT_S, poll_frequency=0.5, ignored_exceptions=ignored
+        ).until(condition)
+    except TimeoutException:
+        body = driver.find_element("tag name", "body").text[:2000]
+        raise AssertionError(
+            f"{what} did not show within {PAGE_WAIT_S} s; the page:\n{body}"
+        ) from None
+
+
+def test_the_dashboard_page_shows_the_study_in_chromium(
+    browser: Any, pg_url: str, tmp_path: Path
+) -> None:
+    name = f"browser-{uuid.uuid4().hex[:6]}"
+    url = sa.engine.make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
+    study_id = make_study(url, name, tmp_path)
+    server = DashboardProcess("--storage", url, "--port", "0", cwd=tmp_path)
+    try:
+        base = server.wait_until_serving()
+
+        browser.get(f"{base}/dashboard/studies/{study_id}")
+        y_titles = wait_until(
+            browser,
+            lambda d: [
+                e.text
+                for e in d.find_elements("css selector", ".js-plotly-plot .ytitle")
+                if e.text == "val_accuracy"
+            ],
+            "the history chart with val_accuracy on its axis",
+        )
+        assert y_titles
+        page = browser.find_element("tag name", "body").text
+        assert f"{name} (id={study_id})" in page
+        assert "History" in page
+        history = tmp_path / "dashboard-history.png"
+        assert browser.save_screenshot(str(history))
+        print(f"screenshot: {history}")
+
+        browser.get(f"{base}/dashboard/studies/{study_id}/trials")
+        wait_until(
+            browser,
+            lambda d: f"{N_TRIALS} Trials" in d.find_element("tag name", "body").text,
+            f"the trial list ({N_TRIALS} Trials)",
+        )
+        trials_page = browser.find_element("tag name", "body").text
+        assert "Pruned" in trials_page and "Complete" in trials_page
+        assert PASSWORD not in trials_page and PASSWORD not in browser.page_source
+        trial_list = tmp_path / "dashboard-trials.png"
+        assert browser.save_screenshot(str(trial_list))
+        print(f"screenshot: {trial_list}")
+        assert history.stat().st_size > 10_000 and trial_list.stat().st_size > 10_000
+
+        browser.get(f"{base}/dashboard/studies/{study_id}/note")
+        wait_until(
+            browser,
+            lambda d: "Created by" in d.find_element("tag name", "body").text,
+            "the study's note",
+        )
+        note = browser.find_element("tag name", "body").text
+        assert "postgres:***@127.0.0.1" in note and PASSWORD not in note
+    finally:
+        server.kill()

@@ -1,0 +1,191 @@
+"""A killed or preempted worker loses at most one checkpoint interval, on a real PostgreSQL.
+
+(a) kill -9 mid-trial: another worker finishes the trial from its checkpoint, with the value an
+uninterrupted run gets. (b) SIGTERM (and Ctrl-C): checkpoint, hand back, exit 0 (130). (c) The
+database restarts under three workers: nothing fails, nothing runs twice. (d) Workers killed at
+random, again and again: the study still finishes every trial.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from search.db.storage import open_storage
+from search.sampling.samplers import derived_seed
+from search.study.config import load_config
+from search.study.studies import create_study
+from tests.search.commands.test_cli import write_config
+from tests.search.processes import (
+    WorkerProcess,
+    query,
+    reported_epochs,
+    trial_states,
+    wait_for,
+)
+
+EPOCHS = 12
+"""Epochs of the interrupted trial: long enough that the signal lands in the middle of it."""
+
+
+def uninterrupted(config_path: Path, params: dict, number: int) -> list[float]:
+    """The per-epoch metrics of the same trial trained start to finish in one go."""
+    from trainer import resolve_task, train
+
+    config = load_config(config_path)
+    train_config = dataclasses.replace(
+        config.train, seed=derived_seed(config.study.seed, number, "train")
+    )
+    result = train(resolve_task(config.task.name), params, train_config, device="cpu")
+    assert result.status == "completed", result.reason
+    return result.metrics
+
+
+@pytest.mark.parametrize(
+    ("signum", "exit_code"),
+    [(signal.SIGKILL, -9), (signal.SIGTERM, 0), (signal.SIGINT, 130)],
+    ids=["kill-9", "sigterm", "ctrl-c"],
+)
+def test_a_stopped_worker_s_trial_is_finished_elsewhere_from_its_checkpoint(
+    signum: int, exit_code: int, pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, study_name, n_trials=1)
+    config.write_text(
+        config.read_text()
+        .replace("epochs = 4", f"epochs = {EPOCHS}")
+        .replace('type = "hyperband"', 'type = "none"')
+        .replace("min_resource = 1\nreduction_factor = 2\n", "")
+    )
+    storage = open_storage(pg_url)
+    create_study(storage, load_config(config))
+    first = WorkerProcess(pg_url, study_name, tmp_path, grace_s=2, name="first")
+    try:
+        wait_for(lambda: reported_epochs(pg_url, study_name, 0) >= 2, 120, "epoch 2", [first])
+        signalled = time.monotonic()
+        first.signal(signum)
+        assert first.wait(30) == exit_code, first.log()
+        stopped_in = time.monotonic() - signalled
+    finally:
+        first.kill()
+    epochs_done = reported_epochs(pg_url, study_name, 0)
+    assert epochs_done < EPOCHS, "the trial finished before the signal: make it longer"
+    if signum != signal.SIGKILL:
+        assert stopped_in < 10, f"took {stopped_in:.1f} s to checkpoint and hand back"
+        assert trial_states(pg_url, study_name) == {"WAITING": 1}  # handed back at once
+        assert "handed back for another worker" in first.log()
+
+    second = WorkerProcess(pg_url, study_name, tmp_path, grace_s=2, name="second")
+    try:
+        assert second.wait(120) == 0, second.log()
+    finally:
+        second.kill()
+
+    trial = optuna.load_study(study_name=study_name, storage=pg_url).trials[0]
+    assert trial.state.name == "COMPLETE"
+    resumed = trial.user_attrs["resumed_from"]
+    assert resumed["worker_id"] == re.search(r"worker (\S+) joined", first.log())[1]
+    assert resumed["epoch"] >= 2  # it continued from a checkpoint, not from scratch
+    assert trial.user_attrs["epochs_trained"] == EPOCHS
+    # Exactly the run it would have been without the interruption, epoch by epoch.
+    expected = uninterrupted(config, trial.params, trial.number)
+    assert [trial.intermediate_values[e] for e in range(1, EPOCHS + 1)] == expected
+    assert trial.value == expected[-1]
+    leases = query(
+        pg_url,
+        "SELECT generation FROM hpsearch.trial_leases WHERE trial_id = :t",
+        t=trial._trial_id,
+    )
+    assert leases == [(2,)]  # claimed twice: by the first worker, then by the second
+
+
+def test_database_restart_under_three_workers(
+    private_pg: tuple[str, object], study_name: str, tmp_path: Path
+) -> None:
+    url, restart = private_pg
+    config = write_config(tmp_path, study_name, n_trials=9)
+    config.write_text(config.read_text().replace("epochs = 4", "epochs = 6"))
+    create_study(open_storage(url), load_config(config))
+    workers = [WorkerProcess(url, study_name, tmp_path, grace_s=5, name=f"w{i}") for i in range(3)]
+    try:
+        wait_for(
+            lambda: (
+                all("joined study" in w.log() for w in workers)
+                and trial_states(url, study_name).get("RUNNING", 0) >= 2
+            ),
+            120,
+            "three workers and two running trials",
+            workers,
+        )
+        restart()  # connections drop; the server is away for 3 s (less than the grace period)
+        codes = [w.wait(180) for w in workers]
+        assert codes == [0, 0, 0], "\n".join(w.log()[-2000:] for w in workers)
+    finally:
+        for w in workers:
+            w.kill()
+    logs = "\n".join(w.log() for w in workers)
+    assert "database unreachable" in logs and "database reachable again" in logs
+    study = optuna.load_study(study_name=study_name, storage=url)
+    assert len(study.trials) == 9
+    failed = {
+        t.number: t.system_attrs.get("fail_reason") for t in study.trials if t.state.name == "FAIL"
+    }
+    assert not failed, (failed, logs[-4000:])
+    # No trial was declared dead and run twice: each was claimed exactly once.
+    generations = query(
+        url,
+        "SELECT l.generation FROM hpsearch.trial_leases l JOIN studies s USING (study_id) "
+        "WHERE s.study_name = :n",
+        n=study_name,
+    )
+    assert sorted(g for (g,) in generations) == [1] * 9
+    assert not any("resumed_from" in t.user_attrs for t in study.trials)
+
+
+def test_workers_killed_at_random_still_finish_the_study(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, study_name, n_trials=12)
+    config.write_text(  # every trial trains all its epochs: long enough to be killed in
+        config.read_text()
+        .replace("epochs = 4", "epochs = 5")
+        .replace('type = "hyperband"\nmin_resource = 1\nreduction_factor = 2', 'type = "none"')
+    )
+    create_study(open_storage(pg_url), load_config(config))
+    rng = random.Random(7)
+    workers = [
+        WorkerProcess(pg_url, study_name, tmp_path, grace_s=2, name=f"w{i}") for i in range(3)
+    ]
+    started, kills = time.monotonic(), 0
+    try:
+        # Kill a random worker every few seconds and start a new one, five times.
+        while kills < 5 and time.monotonic() - started < 120:
+            time.sleep(rng.uniform(1.5, 3.5))
+            if (
+                trial_states(pg_url, study_name).get("COMPLETE", 0)
+                + trial_states(pg_url, study_name).get("PRUNED", 0)
+                >= 10
+            ):
+                break
+            victim = rng.randrange(len(workers))
+            workers[victim].kill()
+            kills += 1
+            workers[victim] = WorkerProcess(
+                pg_url, study_name, tmp_path, grace_s=2, name=f"w{victim}-{kills}"
+            )
+        codes = [w.wait(180) for w in workers]
+        assert codes == [0, 0, 0], "\n".join(w.log()[-2000:] for w in workers)
+    finally:
+        for w in workers:
+            w.kill()
+    assert kills >= 3
+    study = optuna.load_study(study_name=study_name, storage=pg_url)
+    assert sorted(t.number for t in study.trials) == list(range(12))
+    assert {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
+    assert trial_states(pg_url, study_name).keys() <= {"COMPLETE", "PRUNED"}
