@@ -132,13 +132,23 @@ def optuna_sampler(name: str, n_trials: int) -> Any:
     return optuna.samplers.GridSampler(_bench_config("grid", "grid", n_trials, 1).grid_values())
 
 
+HPSEARCH_PRUNER = "hyperband"
+"""The hpsearch side's pruner (`--hpsearch-pruner`): hyperband (Optuna's, as the Optuna side), or
+asha (pause and promote; every trial reports the same scores, so every trial is promoted at
+once at every rung: this measures what recording and ranking at the rungs costs)."""
+HPSEARCH_BUDGET = False
+"""`--budget-epochs`: the hpsearch side also counts every epoch against an epoch budget of
+N * steps (reserved per rung, as a study with `budget_epochs` does)."""
+
+
 def _bench_config(name: str, sampler: str, n_trials: int, steps: int) -> Any:
     from search.study.config import parse_config
 
+    budget = {"budget_epochs": n_trials * steps} if HPSEARCH_BUDGET else {}
     return parse_config(
         {
-            "study": {"name": name, "n_trials": n_trials, "sampler": sampler},
-            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
+            "study": {"name": name, "n_trials": n_trials, "sampler": sampler, **budget},
+            "pruner": {"type": HPSEARCH_PRUNER, "min_resource": 1, "reduction_factor": 3},
             "task": {"name": "digits", "epochs": steps},
             "space": {
                 "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
@@ -364,7 +374,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help="reports per trial")
     parser.add_argument("--step-s", type=float, default=STEP_S, help="seconds between reports")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--hpsearch-pruner",
+        choices=("hyperband", "asha"),
+        default="hyperband",
+        help="the hpsearch side's pruner (the Optuna side keeps Hyperband)",
+    )
+    parser.add_argument(
+        "--budget-epochs",
+        action="store_true",
+        help="the hpsearch side counts every epoch against an epoch budget",
+    )
     args = parser.parse_args()
+    global HPSEARCH_PRUNER, HPSEARCH_BUDGET
+    HPSEARCH_PRUNER, HPSEARCH_BUDGET = args.hpsearch_pruner, args.budget_epochs
 
     _ensure_database(args.storage)
     results = []

@@ -13,6 +13,8 @@ only): no study config, no sampler, pruner, worker or command.
 - `fenced_writes`: a held trial's reports, its end, its hand-back;
 - `checkpoint_pointers`: which artifact holds a trial's latest checkpoint;
 - `crash_budget`: a trial that takes its worker down too often ends FAIL;
+- `budget`: a study's epoch budget, one counter every worker reserves from;
+- `pauses`: trials paused at a rung (promotion-based ASHA), their promotion and the study's end;
 - `status`: what `hpsearch status` and the progress lines read;
 - `migrate` (with `migrations/`, the Alembic revisions) and `roles`: the DDL, run by
   `hpsearch migrate` alone.

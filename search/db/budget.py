@@ -1,12 +1,13 @@
 """A study's epoch budget, counted by every worker in one row: never exceeded, whatever the fleet.
 
-A worker reserves each epoch before training it (`reserve_epoch`: one conditional increment,
-``UPDATE ... SET epochs_used = epochs_used + 1 WHERE epochs_used < budget RETURNING``, atomic on
-PostgreSQL under concurrent workers and under SQLite's write lock), and gives back a reservation
-it did not use (`return_epoch`: a trial paused, pruned, handed back or cut before training it).
-A worker that dies holding a reservation leaves it counted: the epoch it was training counts, as
-a repeat of it by the trial's next owner does. So `epochs_used` is the epochs trained by the
-whole fleet, repeats included, and never more than the budget.
+A worker reserves epochs before training them (`reserve_epochs`: one conditional increment,
+``UPDATE ... SET epochs_used = epochs_used + n WHERE epochs_used + n <= budget RETURNING``,
+atomic on PostgreSQL under concurrent workers and under SQLite's write lock; n = the epochs up
+to the trial's next rung, else one), and gives back what it did not train (`return_epoch`: a
+trial paused, pruned, handed back or cut before training them). A worker that dies holding a
+reservation leaves it counted: the epoch it was training counts, as a repeat of it by the
+trial's next owner does. So `epochs_used` never exceeds the budget, and without crashes it is
+the epochs the fleet trained.
 
 The study's start, for `budget_hours`, is its first trial's start (Optuna's datetime_start).
 

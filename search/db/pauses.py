@@ -43,6 +43,7 @@ __all__ = [
     "claim_paused",
     "end_waiting",
     "next_promotable",
+    "pass_rung_if_promotable",
     "pause",
     "rank_at_rung",
     "record_rung",
@@ -80,7 +81,8 @@ def next_promotable(
     in the database (one query, one row back, whatever the study's size): of the paused trials
     ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
     at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
-    last. `tests/search/pruning/test_promotion.py` checks it picks what `RungTable.next_to_resume` picks.
+    last. `tests/search/pruning/test_promotion.py` checks it picks what
+    `RungTable.next_to_resume` picks.
     """
     with storage.autocommit() as conn:
         row = conn.execute(
@@ -151,6 +153,48 @@ def record_rung(storage: Storage, claim: Claim, bracket: int, level: int, value:
     """Record the trial's value at a rung it passes without pausing (promoted at once)."""
     with storage.autocommit() as conn:
         _upsert_rung(conn, claim, bracket, level, value, paused=False)
+
+
+def pass_rung_if_promotable(
+    storage: Storage,
+    claim: Claim,
+    bracket: int,
+    level: int,
+    value: float,
+    *,
+    maximize: bool,
+    eta: int,
+) -> bool:
+    """At a rung: if the trial ranks in the top floor((n + 1) / eta) of the n trials recorded
+    there and itself, record it there (going on at once) and return True; else write nothing
+    and return False (it pauses). One statement: the rank and the write together."""
+    r = trial_rungs
+    at_rung = sa.and_(r.c.study_id == claim.study_id, r.c.bracket == bracket, r.c.level == level)
+    if math.isnan(value):
+        better = r.c.value.is_not(None)
+    else:
+        better = r.c.value > value if maximize else r.c.value < value
+    n_better = sa.select(sa.func.count()).where(at_rung, better).scalar_subquery()
+    n_recorded = sa.select(sa.func.count()).where(at_rung).scalar_subquery()
+    row = sa.select(
+        sa.literal(claim.trial_id),
+        sa.literal(level),
+        sa.literal(claim.study_id),
+        sa.literal(bracket),
+        sa.literal(None if math.isnan(value) else value, sa.Float(53)),
+        sa.false(),
+    ).where(n_better < (n_recorded + 1) // eta)
+    with storage.autocommit() as conn:
+        insert = insert_for(conn.dialect.name, r).from_select(
+            ["trial_id", "level", "study_id", "bracket", "value", "paused"], row
+        )
+        written = conn.execute(
+            insert.on_conflict_do_update(
+                index_elements=[r.c.trial_id, r.c.level],
+                set_={"value": insert.excluded.value, "paused": insert.excluded.paused},
+            ).returning(r.c.trial_id)
+        ).first()
+    return written is not None
 
 
 def pause(

@@ -2,10 +2,13 @@
 light, incremental view of the study's reports.
 
 - `pruners`: `make_pruner`, hpsearch's Hyperband;
-- `view`: `Pruner`, deciding per report from the rungs it reads incrementally.
+- `view`: `Pruner`, deciding per report from the rungs it reads incrementally;
+- `promotion`: promotion-based ASHA's rule alone (`Rungs`, `RungTable`): which paused trial a
+  free worker resumes (the database side: `search.db.pauses`; the worker's: `search.worker.pause`).
 """
 
+from search.pruning.promotion import Paused, Rungs, RungTable
 from search.pruning.pruners import HyperbandPruner, make_pruner
 from search.pruning.view import Pruner
 
-__all__ = ["HyperbandPruner", "Pruner", "make_pruner"]
+__all__ = ["HyperbandPruner", "Paused", "Pruner", "RungTable", "Rungs", "make_pruner"]

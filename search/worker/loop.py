@@ -140,6 +140,15 @@ class Worker:
         self._promoter = Promoter(storage, study) if self.config.pruner.pauses else None
         self._stop_reason: str | None = None  # why report() last said stop
         self._paused_at: tuple[int, float] | None = None  # (rung, value) where it pauses
+        # Epochs reserved with a claim: a new trial's first, up to its first decision (any
+        # reserved beyond what the trial needs goes back when it stops).
+        self._first_chunk = (
+            self.config.pruner.min_resource
+            if self._promoter is not None
+            else min(self._rungs or [self.config.task.epochs])
+            if self._rungs is not None
+            else 1
+        )
         self._run_now: TrialRun | None = None
         self._reports = ReportWriter(
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
@@ -308,7 +317,7 @@ class Worker:
         limits = self._limits
         if limits is None:
             return claim_one()
-        if not self._retry(limits.reserve, "reserve an epoch"):
+        if not self._retry(lambda: limits.reserve(self._first_chunk), "reserve an epoch"):
             return None
         claim = claim_one()
         if claim is None:

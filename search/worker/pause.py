@@ -1,14 +1,18 @@
 """A worker's side of budgets and promotion-based ASHA: what it asks the database, and when.
 
-`StudyLimits` (a study with `budget_epochs` or `budget_hours`): the worker reserves one epoch of
-the budget when it claims a trial and the next one at every report that lets the trial go on
-(`search.db.budget`); a reservation it does not use is given back before the trial's end is
-written, so that no other worker takes the study for over while it is still to be spent.
+`StudyLimits` (a study with `budget_epochs` or `budget_hours`): the worker reserves epochs of
+the budget before training them (`search.db.budget`): with a claim, a new trial's epochs up to
+its first rung; at a rung it passes, those up to the next one; one statement each. Epochs it
+reserved and did not train are given back before the trial's end is written, so that no other
+worker takes the study for over while they are still to be spent. The hours are checked at
+every claim and report.
 
 `Promoter` (`[pruner] type = "asha"`, or hyperband with `promotion = true`): at a rung, a trial
 that ranks in the top 1/eta of the trials recorded there goes on at once (the promotion a free
 worker would make anyway); otherwise it pauses (`search.db.pauses`). Before starting a new trial,
-a free worker resumes the best promotable paused trial (`search.pruning.promotion`). When no new
+a free worker resumes the best promotable paused trial. The rule is `search.pruning.promotion`'s;
+the database evaluates it (one query per decision, whatever the study's size), and a test
+checks both pick the same trial. When no new
 trial may start (n_trials reached), paused trials are promoted with the looser rule ceil(n/eta)
 (draining), and whatever then stays paused ends PRUNED with its last value once nothing runs.
 """
@@ -21,7 +25,7 @@ import logging
 from search.db import budget, pauses
 from search.db.leases import Claim
 from search.db.storage import Storage
-from search.pruning.promotion import Paused, Rungs, RungTable, promotable_count
+from search.pruning.promotion import Paused, Rungs, RungTable
 from search.study.studies import StudyRef
 
 __all__ = ["Promoter", "StudyLimits"]
@@ -121,14 +125,15 @@ class Promoter:
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes
         on); False: it pauses."""
-        bracket = self.bracket(claim.number)
-        better, recorded = pauses.rank_at_rung(
-            self.storage, self.study.study_id, bracket, epoch, value, maximize=self.maximize
+        return pauses.pass_rung_if_promotable(
+            self.storage,
+            claim,
+            self.bracket(claim.number),
+            epoch,
+            value,
+            maximize=self.maximize,
+            eta=self.eta,
         )
-        if better >= promotable_count(recorded + 1, self.eta):  # counted with itself
-            return False
-        pauses.record_rung(self.storage, claim, bracket, epoch, value)
-        return True
 
     def pause(
         self, claim: Claim, epoch: int, value: float, leftover: dict[int, float], worker_id: str

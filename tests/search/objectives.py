@@ -72,11 +72,19 @@ def poisoned_curve(run: TrialRun) -> TrialOutcome:
     return curve(run)
 
 
+def early_best(run: TrialRun) -> TrialOutcome:
+    """`curve` where the earliest trials are the best: the first to reach a rung (which pause,
+    having nobody to beat yet) are promoted later (promotion-based ASHA)."""
+    run.params = {**run.params, "x": 1.0 - run.number / 100}
+    return curve(run)
+
+
 OBJECTIVES = {
     "curve": curve,
     "slow_curve": slow_curve,
     "poisoned_curve": poisoned_curve,
     "logged_curve": logged_curve,
+    "early_best": early_best,
 }
 
 
