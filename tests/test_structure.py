@@ -22,6 +22,7 @@ LAYERS = (
     "search.study",
     "search.pruning",
     "search.sampling",
+    "search.tracking",
     "search.worker",
     "search.monitor",
     "search.estimate",

@@ -17,7 +17,18 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from search.commands import compare, dashboard, estimate, migrate, run, status, try_, worker
+from search.commands import (
+    compare,
+    dashboard,
+    estimate,
+    export,
+    migrate,
+    run,
+    slurm,
+    status,
+    try_,
+    worker,
+)
 from search.commands.common import Parser
 from search.db.roles import refused_write
 from search.db.storage import StorageError
@@ -26,7 +37,18 @@ from search.study.config import ConfigError
 
 __all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "main"]
 
-COMMAND_MODULES = (run, worker, try_, status, dashboard, migrate, estimate, compare)
+COMMAND_MODULES = (
+    run,
+    worker,
+    try_,
+    status,
+    dashboard,
+    migrate,
+    estimate,
+    compare,
+    slurm,
+    export,
+)
 """The command modules, in the order `hpsearch --help` lists their commands."""
 
 

@@ -47,9 +47,18 @@ def add_parser(sub: Any) -> None:
         "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
     )
     compare.add_argument(
-        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+        "--pruners",
+        help="comma-separated, e.g. none,hyperband,asha (default: the config's [pruner])",
     )
-    compare.add_argument("--budget", type=positive_int, required=True, help="trials per study")
+    budget = compare.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--budget", type=positive_int, help="trials per study")
+    budget.add_argument(
+        "--budget-epochs",
+        type=positive_int,
+        metavar="N",
+        help="epochs per study, pruned trials' included: equal compute (with --budget, "
+        "strategies that prune get budget x task.epochs)",
+    )
     compare.add_argument(
         "--repeats", type=positive_int, default=5, help="studies per strategy (default: 5)"
     )
@@ -80,7 +89,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         check_device(device)
     config = load_config(args.config)
     strategies = parse_strategies(args.samplers, args.pruners, config)
-    runs = plan_compare(config, strategies, args.budget, args.repeats)
+    budget_epochs = args.budget_epochs
+    pruning = [s.label for s in strategies if s.pruner != "none"]
+    if budget_epochs is None and pruning:
+        # Pruning saves epochs; at a budget in trials it could not spend them on more
+        # configurations. Strategies are compared at the compute of --budget full trials.
+        budget_epochs = args.budget * config.task.epochs
+        print(
+            f"compare: {', '.join(pruning)} prune: every strategy gets the same compute, "
+            f"{args.budget} trials x {config.task.epochs} epochs = {budget_epochs} epochs",
+            file=sys.stderr,
+        )
+    runs = plan_compare(config, strategies, args.budget, args.repeats, budget_epochs=budget_epochs)
+    budget = args.budget or max(1, (budget_epochs or 0) // config.task.epochs)
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir}: exists and is not a directory")
@@ -91,8 +112,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     logs = out_dir / "logs"
+    per_study = f"{budget_epochs} epochs" if budget_epochs else f"{budget} trials"
     print(
-        f"compare: {len(strategies)} strategies x {args.repeats} repeats of {args.budget} trials "
+        f"compare: {len(strategies)} strategies x {args.repeats} repeats of {per_study} "
         f"({len(runs)} studies named {config.study.name}-<strategy>-r<k>); worker logs in {logs}",
         file=sys.stderr,
     )
@@ -120,10 +142,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         config_path=str(args.config),
         config=config,
         strategies=tuple(strategies),
-        budget=args.budget,
+        budget=budget,
         repeats=args.repeats,
         out_dir=out_dir,
         target=args.target,
+        budget_epochs=budget_epochs,
     )
     storage = open_storage(url)
     try:

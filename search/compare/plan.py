@@ -169,7 +169,9 @@ def _pruner_settings(config: StudyConfig, kind: str) -> PrunerSettings:
     if kind == config.pruner.type:
         return config.pruner
     settings = PrunerSettings(type=kind)
-    if kind in ("hyperband", "successive_halving") and settings.min_resource > config.task.epochs:
+    if kind in ("hyperband", "successive_halving", "asha") and (
+        settings.min_resource > config.task.epochs
+    ):
         raise ConfigError(
             f"--pruners {kind}: its min_resource {settings.min_resource} is more than "
             f"task.epochs = {config.task.epochs}"
@@ -178,17 +180,37 @@ def _pruner_settings(config: StudyConfig, kind: str) -> PrunerSettings:
 
 
 def plan_compare(
-    config: StudyConfig, strategies: Sequence[Strategy], budget: int, repeats: int
+    config: StudyConfig,
+    strategies: Sequence[Strategy],
+    budget: int | None,
+    repeats: int,
+    *,
+    budget_epochs: int | None = None,
 ) -> list[CompareRun]:
     """The studies of a comparison, repeat by repeat (so that a comparison stopped half-way has
     the same repeats of every strategy). ConfigError on bad input; nothing is touched here.
+
+    `budget`: trials per study; `budget_epochs`: epochs trained per study, pruned trials'
+    included (equal compute): every study gets `[study] budget_epochs` and no trial cap, but
+    the grid, which runs budget_epochs // task.epochs of its points (with the budget too).
 
     Seeds: repeat k of a strategy gets `derived_seed(study.seed, k, "compare:<label>")`, so
     repeats differ in seed and no two strategies share a random stream (TPE's first trials would
     otherwise draw exactly random search's points). The grid visits the same points in every
     repeat; its seed changes the trials' training seeds and the order of the points.
     """
-    if budget < 1:
+    if budget_epochs is not None:
+        if budget_epochs < 1:
+            raise ConfigError(f"--budget-epochs: must be >= 1, got {budget_epochs}")
+        grid_trials = budget_epochs // config.task.epochs
+        if any(s.sampler == "grid" for s in strategies) and grid_trials < grid_minimum(config):
+            raise ConfigError(
+                f"--budget-epochs {budget_epochs}: {grid_trials} fully trained trials of "
+                f"{config.task.epochs} epochs, below the grid's minimum of "
+                f"{grid_minimum(config)} points; raise --budget-epochs or leave grid out"
+            )
+        budget = budget or max(1, grid_trials)
+    if budget is None or budget < 1:
         raise ConfigError(f"--budget: must be >= 1, got {budget}")
     if repeats < 1:
         raise ConfigError(f"--repeats: must be >= 1, got {repeats}")
@@ -203,7 +225,9 @@ def plan_compare(
                 name=f"{config.study.name}-{strategy.label}-r{k}",
                 sampler=strategy.sampler,
                 seed=seed,
-                n_trials=budget,
+                n_trials=budget if budget_epochs is None or strategy.sampler == "grid" else None,
+                budget_epochs=budget_epochs,
+                budget_hours=None,
             )
             changes: dict[str, Any] = {"pruner": _pruner_settings(config, strategy.pruner)}
             if strategy.sampler == "grid" and grid is not None:
@@ -223,7 +247,10 @@ class CompareRequest:
     config: StudyConfig
     strategies: tuple[Strategy, ...]
     budget: int
+    """Trials per study (the grid's, with `budget_epochs`)."""
     repeats: int
     out_dir: Path
     target: float | None
     """The score counted as reached for "epochs to target"; None: the pooled quantile rule."""
+    budget_epochs: int | None = None
+    """Epochs per study (equal compute), pruned trials' included; None: a budget in trials."""

@@ -49,7 +49,7 @@ def run_studies(
         for i, (run, ref) in enumerate(zip(runs, refs, strict=True), start=1):
             where = f"[{i}/{len(runs)}] {run.strategy.label} repeat {run.repeat}/{repeats}"
             status = study_status(storage, ref)
-            if status.finished >= status.n_trials:
+            if status.done:
                 print(f"{where}: {describe(status)} (already done)", file=sys.stderr)
                 continue
             progress = StudyProgressThread(storage, ref, where)
@@ -60,7 +60,7 @@ def run_studies(
                 progress.stop()
             if code != 0:
                 return code
-            if study_status(storage, ref).finished < ref.config.study.n_trials:
+            if not study_status(storage, ref).done:
                 # The workers stopped without finishing (SIGTERM: they handed their trials
                 # back); so does the comparison, instead of starting the next study.
                 return 130

@@ -167,6 +167,7 @@ def summarize(
         "metric": config.study.metric,
         "direction": config.study.direction,
         "budget": request.budget,
+        "budget_epochs": request.budget_epochs,
         "repeats": request.repeats,
         "epochs_per_trial": config.task.epochs,
         "grid": grid,

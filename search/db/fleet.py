@@ -56,6 +56,7 @@ def _workers_statement(dialect: str, one_study: bool) -> sa.Select:
             workers.c.grace_s,
             workers.c.stopped_at,
             workers.c.stop_reason,
+            workers.c.launched_by,
             (db_now(dialect) - workers.c.heartbeat_at).label("age"),
             running.c.number,
             trial_leases.c.epoch,

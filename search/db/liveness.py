@@ -13,6 +13,7 @@ All times are the database's clock (`db_now`): machines' clocks need not agree.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -46,6 +47,8 @@ class WorkerInfo:
     device: str
     grace_s: float
     """Seconds of silence after which this worker counts as dead."""
+    launched_by: dict[str, str] | None = None
+    """The scheduler that started it (`search.worker.provenance.launched_by`), if any."""
 
 
 def register(storage: Storage, worker: WorkerInfo) -> None:
@@ -61,6 +64,7 @@ def register(storage: Storage, worker: WorkerInfo) -> None:
                 started_at=now,
                 heartbeat_at=now,
                 grace_s=worker.grace_s,
+                launched_by=None if worker.launched_by is None else json.dumps(worker.launched_by),
             )
         )
 

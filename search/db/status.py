@@ -7,6 +7,7 @@ no write lock, so watching a study never slows its workers down.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
+from search.db.budget import epochs_used, first_start
 from search.db.liveness import live_workers_clause
 from search.db.statements import db_now
 from search.db.storage import Storage
@@ -22,6 +24,7 @@ from search.db.tables import (
     trial_intermediate_values,
     trial_leases,
     trial_params,
+    trial_rungs,
     trial_values,
     trials,
     workers,
@@ -44,10 +47,25 @@ class StatusRows:
     """RUNNING trials: number, worker_id, hostname, device, epoch, last_value, seconds,
     heartbeat_age."""
     live_workers: int
+    paused: int = 0
+    """Trials paused at a rung (asha), waiting for promotion; 0 unless asked for."""
+    epochs_used: int | None = None
+    """Epochs trained by the fleet so far (asked for when the study has an epoch budget)."""
+    first_start: datetime.datetime | None = None
+    """When the study's first trial started (asked for when it has an hour budget)."""
 
 
-def read_status(storage: Storage, study_id: int, direction: str) -> StatusRows:
-    """The study's status, read in one read-only transaction."""
+def read_status(
+    storage: Storage,
+    study_id: int,
+    direction: str,
+    *,
+    paused: bool = False,
+    epochs: bool = False,
+    hours: bool = False,
+) -> StatusRows:
+    """The study's status, read in one read-only transaction; `paused`, `epochs`, `hours`: also
+    the paused trials, the epochs used, the first trial's start."""
     with storage.read() as conn:
         dialect = conn.dialect.name
         counts = dict(
@@ -72,7 +90,16 @@ def read_status(storage: Storage, study_id: int, direction: str) -> StatusRows:
                 workers.c.study_id == study_id, live_workers_clause(dialect)
             )
         ).scalar_one()
-    return StatusRows(counts, best, params, running, live)
+        n_paused = 0
+        if paused:
+            n_paused = conn.execute(
+                sa.select(sa.func.count()).where(
+                    trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
+                )
+            ).scalar_one()
+        used = epochs_used(None, study_id, conn) if epochs else None
+        start = first_start(None, study_id, conn) if hours else None
+    return StatusRows(counts, best, params, running, live, n_paused, used, start)
 
 
 def best_trial(storage: Storage, study_id: int, direction: str) -> tuple[int, float] | None:

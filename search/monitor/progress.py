@@ -36,7 +36,7 @@ class StudyProgress:
                 else f" | best {s.metric} {s.best.value:.4g} (trial {s.best.number})"
             )
             self._text = (
-                f"{self.study_name}: {s.finished}/{s.n_trials} finished "
+                f"{self.study_name}: {s.finished_text} "
                 f"({s.pruned} pruned), {s.running} running{best}"
             )
         self.line.show(self._text)
@@ -83,7 +83,7 @@ def describe(status: StudyStatus) -> str:
     shown = "none yet" if best is None else f"{best.value:.4g} (trial {best.number})"
     pruned = f", {status.pruned} pruned" if status.pruned else ""
     failed = f", {status.failed} failed" if status.failed else ""
-    return (
-        f"{status.finished}/{status.n_trials} trials done{pruned}{failed}, "
-        f"best {status.metric} {shown}"
-    )
+    epochs = (status.budget or {}).get("epochs")
+    spent = "" if epochs is None else f", {epochs['used']}/{epochs['budget']} epochs"
+    of = f"/{status.n_trials}" if status.n_trials else ""
+    return f"{status.finished}{of} trials done{pruned}{failed}{spent}, best {status.metric} {shown}"

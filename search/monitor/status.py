@@ -4,6 +4,7 @@ a few queries (`search.db.status`)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import math
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ __all__ = [
     "RunningTrial",
     "StudyStatus",
     "format_best",
+    "format_budget",
     "format_status",
     "study_status",
 ]
@@ -56,12 +58,19 @@ class StudyStatus:
     study: str
     direction: str
     metric: str
-    n_trials: int
+    n_trials: int | None
+    """None: the study ends on a budget alone."""
     complete: int
     pruned: int
     failed: int
     running: int
     waiting: int
+    """Queued trials, not counting paused ones."""
+    paused: int
+    """Trials paused at a rung (asha), waiting for promotion."""
+    budget: dict[str, dict[str, float]] | None
+    """{"epochs": {budget, used, left}, "hours": {budget, used, left}} for the budgets the
+    study has; None when it has none."""
     best: BestTrial | None
     live_workers: int
     running_trials: list[RunningTrial]
@@ -72,9 +81,20 @@ class StudyStatus:
         return self.complete + self.pruned + self.failed
 
     @property
+    def finished_text(self) -> str:
+        """'12/30 finished', or '12 finished' for a study without n_trials (a budget ends it)."""
+        if self.n_trials:
+            return f"{self.finished}/{self.n_trials} finished"
+        return f"{self.finished} finished"
+
+    @property
     def done(self) -> bool:
-        """Every trial of the budget ended and none runs."""
-        return self.finished >= self.n_trials and self.running == 0
+        """The study ended: nothing runs, waits or is paused, and n_trials or a budget is spent."""
+        if self.running or self.waiting or self.paused:
+            return False
+        if self.n_trials and self.finished >= self.n_trials:
+            return True
+        return self.finished > 0 and any(b["left"] <= 0 for b in (self.budget or {}).values())
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -83,7 +103,15 @@ class StudyStatus:
 def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
     """The study's status, read in one read-only transaction."""
     config = study.config
-    rows = read_status(storage, study.study_id, config.study.direction)
+    s = config.study
+    rows = read_status(
+        storage,
+        study.study_id,
+        s.direction,
+        paused=config.pruner.pauses,
+        epochs=s.budget_epochs is not None,
+        hours=s.budget_hours is not None,
+    )
     counts, best, running, live = rows.counts, rows.best, rows.running, rows.live_workers
     params = {
         name: json_to_distribution(dist).to_external_repr(value)
@@ -98,7 +126,9 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
         pruned=counts.get("PRUNED", 0),
         failed=counts.get("FAIL", 0),
         running=counts.get("RUNNING", 0),
-        waiting=counts.get("WAITING", 0),
+        waiting=counts.get("WAITING", 0) - rows.paused,
+        paused=rows.paused,
+        budget=_budget(study, rows.epochs_used, rows.first_start),
         best=None if best is None else BestTrial(best.number, float(best.value), params),
         live_workers=live,
         running_trials=[
@@ -117,15 +147,57 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
     )
 
 
+def _budget(
+    study: StudyRef, used: int | None, start: datetime.datetime | None
+) -> dict[str, dict[str, float]] | None:
+    s = study.config.study
+    if not s.has_budget:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    if s.budget_epochs is not None:
+        used = used or 0
+        out["epochs"] = {
+            "budget": s.budget_epochs,
+            "used": used,
+            "left": max(0, s.budget_epochs - used),
+        }
+    if s.budget_hours is not None:
+        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        hours = 0.0 if start is None else (now - start).total_seconds() / 3600
+        out["hours"] = {
+            "budget": s.budget_hours,
+            "used": round(hours, 4),
+            "left": round(max(0.0, s.budget_hours - hours), 4),
+        }
+    return out
+
+
+def format_budget(status: StudyStatus) -> str | None:
+    """'  budget: 340/5000 epochs (4660 left), 0.52/12 h (11.48 left)', or None."""
+    budget = status.budget
+    if not budget:
+        return None
+    parts = []
+    if "epochs" in budget:
+        e = budget["epochs"]
+        parts.append(f"{e['used']}/{e['budget']} epochs ({e['left']} left)")
+    if "hours" in budget:
+        h = budget["hours"]
+        parts.append(f"{h['used']:.2f}/{h['budget']:g} h ({h['left']:.2f} left)")
+    return "  budget: " + ", ".join(parts)
+
+
 def format_status(status: StudyStatus) -> str:
     lines = [
-        f"study {status.study}: {status.finished}/{status.n_trials} finished "
-        f"({status.metric}, {status.direction})",
+        f"study {status.study}: {status.finished_text} ({status.metric}, {status.direction})",
         f"  complete {status.complete}  pruned {status.pruned}  failed {status.failed}  "
         f"running {status.running}  waiting {status.waiting}  "
-        f"live workers {status.live_workers}",
+        f"paused {status.paused}  live workers {status.live_workers}",
         format_best(status),
     ]
+    budget = format_budget(status)
+    if budget:
+        lines.insert(2, budget)
     if status.running_trials:
         lines.append("  running:")
         lines.append(f"    {'trial':>5}  {'epoch':>5}  {'for':>8}  worker")

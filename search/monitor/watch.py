@@ -23,7 +23,7 @@ from typing import TextIO
 
 from search.db.storage import Storage, is_transient
 from search.errors import first_line
-from search.monitor.status import StudyStatus, study_status
+from search.monitor.status import StudyStatus, format_budget, study_status
 from search.study.studies import StudyRef
 
 __all__ = ["DEFAULT_INTERVAL_S", "format_live", "watch"]
@@ -64,15 +64,17 @@ def format_live(status: StudyStatus) -> list[str]:
     """The table's lines: counts, the best so far, the running trials."""
     best = status.best
     lines = [
-        f"study {status.study}: {status.finished}/{status.n_trials} finished "
-        f"({status.metric}, {status.direction})",
+        f"study {status.study}: {status.finished_text} ({status.metric}, {status.direction})",
         f"  complete {status.complete}  pruned {status.pruned}  "
         f"failed {status.failed}  running {status.running}  "
-        f"waiting {status.waiting}  live workers {status.live_workers}",
+        f"waiting {status.waiting}  paused {status.paused}  live workers {status.live_workers}",
         "  best so far: none yet"
         if best is None
         else f"  best so far: trial {best.number}  {status.metric} {_score(best.value)}",
     ]
+    budget = format_budget(status)
+    if budget:
+        lines.insert(2, budget)
     if status.running_trials:
         lines.append(f"  {'trial':>5}  {'epoch':>5}  {'last score':>10}  {'heartbeat':>9}  worker")
         for r in status.running_trials:

@@ -8,6 +8,7 @@ exited and said so. Times are the database's clock, so heartbeat ages agree acro
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from search.db.liveness import live_workers
 from search.db.storage import Storage, StorageError
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore
+from search.worker.provenance import launched_by_label
 
 __all__ = ["FleetWorker", "delete_study", "format_workers", "list_workers", "workers_json"]
 
@@ -41,6 +43,8 @@ class FleetWorker:
     """Seconds since its last heartbeat, by the database's clock."""
     grace_s: float
     stop_reason: str | None
+    launched_by: dict[str, str] | None = None
+    """The Slurm job array task or Kubernetes pod that started it (None: started by hand)."""
 
 
 def list_workers(
@@ -70,6 +74,7 @@ def list_workers(
                 heartbeat_age_s=round(age, 1),
                 grace_s=row.grace_s,
                 stop_reason=row.stop_reason,
+                launched_by=json.loads(row.launched_by) if row.launched_by else None,
             )
         )
     order = {"alive": 0, "lost": 1, "stopped": 2}
@@ -86,7 +91,18 @@ def workers_json(listed: list[FleetWorker]) -> dict[str, Any]:
 def format_workers(listed: list[FleetWorker]) -> str:
     if not listed:
         return "no workers"
-    header = ("state", "study", "host", "pid", "device", "trial", "epoch", "heartbeat", "worker")
+    header = (
+        "state",
+        "study",
+        "host",
+        "pid",
+        "device",
+        "trial",
+        "epoch",
+        "heartbeat",
+        "scheduler",
+        "worker",
+    )
     rows = [header]
     for w in listed:
         rows.append(
@@ -99,6 +115,7 @@ def format_workers(listed: list[FleetWorker]) -> str:
                 "-" if w.trial is None else str(w.trial),
                 "-" if w.epoch is None else str(w.epoch),
                 f"{_age(w.heartbeat_age_s)} ago",
+                launched_by_label(w.launched_by),
                 w.worker_id,
             )
         )

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import math
 import tomllib
@@ -24,6 +25,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from search.db.storage import mask_url
 from search.study.space import (
     CategoricalParam,
     FloatParam,
@@ -39,20 +41,31 @@ __all__ = [
     "DIRECTIONS",
     "PRUNERS",
     "SAMPLERS",
+    "UNLIMITED_TRIALS",
+    "WANDB_MODES",
     "ConfigError",
     "GridSettings",
+    "MlflowSettings",
     "PrunerSettings",
     "StudyConfig",
     "StudySettings",
     "TaskSettings",
+    "TrackingSettings",
+    "WandbSettings",
+    "check_tracker_installed",
     "load_config",
     "params_from_overrides",
     "parse_config",
+    "parse_tracking",
 ]
 
+UNLIMITED_TRIALS = 2**31 - 1
+"""`StudySettings.max_trials` when n_trials is left out: the budget ends the study first."""
+
 SAMPLERS = ("random", "tpe", "grid", "qmc", "cmaes", "gp")
-PRUNERS = ("hyperband", "successive_halving", "median", "none")
+PRUNERS = ("hyperband", "successive_halving", "asha", "median", "none")
 DIRECTIONS = ("maximize", "minimize")
+WANDB_MODES = ("online", "offline")
 
 
 class ConfigError(ValueError):
@@ -69,8 +82,16 @@ class StudySettings:
     """maximize | minimize the metric."""
     metric: str = "val_accuracy"
     """Name of the validation score the task's metric_fn computes, reported every epoch."""
-    n_trials: int = 30
-    """Trials to finish across all workers; then every worker exits (never more)."""
+    n_trials: int | None = 30
+    """Trials to start across all workers (each then finishes: COMPLETE, PRUNED or FAIL); the
+    study ends once they have. None (left out of the config, allowed only with a budget): no
+    cap; the budget ends the study."""
+    budget_epochs: int | None = None
+    """Epochs trained by all workers together, never exceeded (repeats after a crash count);
+    the study ends when they are spent (`search.db.budget`)."""
+    budget_hours: float | None = None
+    """Wall-clock hours since the study's first trial started; checked at every claim and
+    report, after which running trials end PRUNED with their last value."""
     sampler: str = "tpe"
     """random | tpe | grid | qmc | cmaes | gp."""
     seed: int = 0
@@ -81,17 +102,37 @@ class StudySettings:
     """A trial whose worker died (or was declared dead, or lost its device) this many times
     ends FAIL with the reason; SIGTERM and Ctrl-C hand-backs do not count."""
 
+    @property
+    def max_trials(self) -> int:
+        """`n_trials`, or no practical cap when it is left out (a budget ends the study)."""
+        return UNLIMITED_TRIALS if self.n_trials is None else self.n_trials
+
+    @property
+    def has_budget(self) -> bool:
+        return self.budget_epochs is not None or self.budget_hours is not None
+
 
 @dataclass(frozen=True, kw_only=True)
 class PrunerSettings:
     """`[pruner]`: when a trial is stopped early for a poor intermediate score."""
 
     type: str = "hyperband"
-    """hyperband | successive_halving | median | none."""
+    """hyperband | successive_halving | asha | median | none. asha: promotion-based
+    asynchronous successive halving (a trial pauses at each rung and is resumed only when it
+    ranks in the top 1/reduction_factor of its rung, `search.pruning.promotion`)."""
+    promotion: bool = False
+    """hyperband: pause and promote (several brackets of promotion-based ASHA) instead of
+    Optuna's stop-only Hyperband. Always true for asha."""
     min_resource: int = 1
     """Epochs before the first rung (hyperband, successive_halving); max_resource is task.epochs."""
     reduction_factor: int = 3
     """1/reduction_factor of the trials are promoted at each rung."""
+
+    @property
+    def pauses(self) -> bool:
+        """Whether trials pause at rungs and are promoted (asha, hyperband with promotion)."""
+        return self.type == "asha" or (self.type == "hyperband" and self.promotion)
+
     n_startup_trials: int = 5
     """median: trials finished before any is pruned."""
     n_warmup_steps: int = 0
@@ -119,6 +160,55 @@ class GridSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MlflowSettings:
+    """`[tracking] mlflow = {...}`: each trial is one MLflow run, the study their parent run."""
+
+    uri: str
+    """Tracking server URI (http://host:5000, or any URI MLflow accepts). Never a password:
+    MLflow reads MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD itself."""
+    experiment: str | None = None
+    """MLflow experiment the runs go to (created if missing); default: the study name."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WandbSettings:
+    """`[tracking] wandb = {...}`: each trial is one W&B run, grouped by study."""
+
+    project: str
+    """W&B project."""
+    entity: str | None = None
+    """W&B team or user; default: the API key's default entity."""
+    mode: str = "online"
+    """online | offline (offline runs are written under $WANDB_DIR for `wandb sync`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingSettings:
+    """`[tracking]`: the experiment trackers every trial is written to (optional)."""
+
+    mlflow: MlflowSettings | None = None
+    wandb: WandbSettings | None = None
+
+    def __bool__(self) -> bool:
+        return self.mlflow is not None or self.wandb is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            name: {k: v for k, v in asdict(settings).items() if v is not None}
+            for name, settings in (("mlflow", self.mlflow), ("wandb", self.wandb))
+            if settings is not None
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrackingSettings:
+        mlflow, wandb = data.get("mlflow"), data.get("wandb")
+        return cls(
+            mlflow=MlflowSettings(**mlflow) if mlflow is not None else None,
+            wandb=WandbSettings(**wandb) if wandb is not None else None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class StudyConfig:
     """A whole study config, as stored in the study so that workers need only its name."""
 
@@ -128,6 +218,7 @@ class StudyConfig:
     train: TrainConfig
     space: tuple[Param, ...]
     grid: GridSettings
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
 
     def param(self, name: str) -> Param:
         for p in self.space:
@@ -165,6 +256,8 @@ class StudyConfig:
                 "points": self.grid.points,
                 **{k: list(v) for k, v in self.grid.values.items()},
             },
+            # Only when set: the stored config of a study without trackers is as it was.
+            **({"tracking": self.tracking.to_dict()} if self.tracking else {}),
         }
 
     @classmethod
@@ -181,6 +274,7 @@ class StudyConfig:
             train=TrainConfig(epochs=task.epochs, seed=study.seed, **data["train"]),
             space=tuple(param_from_dict(n, s) for n, s in data["space"].items()),
             grid=GridSettings(points=points, values={k: tuple(v) for k, v in grid.items()}),
+            tracking=TrackingSettings.from_dict(data.get("tracking", {})),
         )
 
     def difference(self, other: StudyConfig) -> str | None:
@@ -215,20 +309,32 @@ def load_config(path: str | Path) -> StudyConfig:
 
 def parse_config(data: dict[str, Any]) -> StudyConfig:
     """Validate a parsed TOML document into a StudyConfig."""
-    _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid"))
+    _check_keys("", data, ("study", "pruner", "task", "train", "space", "grid", "tracking"))
     study = _study(_Section("study", data.get("study"), required=True, settings=StudySettings))
     task = _task(_Section("task", data.get("task"), required=True, settings=TaskSettings))
     pruner = _pruner(_Section("pruner", data.get("pruner"), settings=PrunerSettings), task)
     train = _train(_Section("train", data.get("train"), settings=TrainConfig), task, study)
     space = _space(data.get("space", {}))
     grid = _grid(data.get("grid", {}), space)
-    config = StudyConfig(study=study, pruner=pruner, task=task, train=train, space=space, grid=grid)
+    tracking = _tracking(_Section("tracking", data.get("tracking")))
+    config = StudyConfig(
+        study=study,
+        pruner=pruner,
+        task=task,
+        train=train,
+        space=space,
+        grid=grid,
+        tracking=tracking,
+    )
     if study.sampler == "grid" and (not space or config.grid_size() < 2):
         raise ConfigError(
             "study.sampler: grid needs [space] parameters with at least two grid values in all "
             f"(the grid has {config.grid_size() if space else 0} point(s))"
         )
-    if study.sampler == "grid" and study.n_trials > config.grid_size():
+    if study.sampler == "grid" and study.n_trials is None:
+        # A budget without a trial cap: the grid's points are the cap (never a point twice).
+        config = config.with_study(n_trials=config.grid_size())
+    if study.sampler == "grid" and config.study.max_trials > config.grid_size():
         raise ConfigError(
             f"study.n_trials: {study.n_trials} is more than the grid's {config.grid_size()} points "
             "(sampler = grid would repeat points); lower n_trials or add [grid] points"
@@ -341,15 +447,34 @@ class _Section:
 
 
 def _study(s: _Section) -> StudySettings:
-    s.allow("name", "direction", "metric", "n_trials", "sampler", "seed", "max_attempts")
+    s.allow(
+        "name",
+        "direction",
+        "metric",
+        "n_trials",
+        "budget_epochs",
+        "budget_hours",
+        "sampler",
+        "seed",
+        "max_attempts",
+    )
     name = s.get("name", str)
     if not name.strip():
         raise ConfigError("study.name: must not be empty")
+    budget_epochs = s.positive_int("budget_epochs") if "budget_epochs" in s.table else None
+    budget_hours = None
+    if "budget_hours" in s.table:
+        budget_hours = float(s.get("budget_hours", (int, float)))
+        if budget_hours <= 0:
+            raise ConfigError(f"study.budget_hours: must be > 0, got {budget_hours}")
+    has_budget = budget_epochs is not None or budget_hours is not None
     study = StudySettings(
         name=name,
         direction=s.get("direction", str, choices=DIRECTIONS),
         metric=s.get("metric", str),
-        n_trials=s.positive_int("n_trials"),
+        n_trials=s.positive_int("n_trials") if "n_trials" in s.table or not has_budget else None,
+        budget_epochs=budget_epochs,
+        budget_hours=budget_hours,
         sampler=s.get("sampler", str, choices=SAMPLERS),
         seed=s.get("seed", int),
         max_attempts=s.positive_int("max_attempts"),
@@ -370,7 +495,9 @@ def _task(s: _Section) -> TaskSettings:
 
 def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
     kind = s.get("type", str, choices=PRUNERS)
-    if kind in ("hyperband", "successive_halving"):
+    if kind == "hyperband":
+        s.allow("type", "min_resource", "reduction_factor", "promotion")
+    elif kind in ("successive_halving", "asha"):
         s.allow("type", "min_resource", "reduction_factor")
     elif kind == "median":
         s.allow("type", "n_startup_trials", "n_warmup_steps")
@@ -382,8 +509,9 @@ def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
         reduction_factor=s.positive_int("reduction_factor", minimum=2),
         n_startup_trials=s.positive_int("n_startup_trials", minimum=0),
         n_warmup_steps=s.positive_int("n_warmup_steps", minimum=0),
+        promotion=s.get("promotion", bool),
     )
-    if kind in ("hyperband", "successive_halving") and pruner.min_resource > task.epochs:
+    if kind in ("hyperband", "successive_halving", "asha") and pruner.min_resource > task.epochs:
         raise ConfigError(
             f"pruner.min_resource: {pruner.min_resource} is more than task.epochs = {task.epochs}"
         )
@@ -490,6 +618,59 @@ def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
                 )
         values[key] = tuple(float(v) if isinstance(param, FloatParam) else v for v in raw)
     return GridSettings(points=points, values=values)
+
+
+def parse_tracking(table: Any) -> TrackingSettings:
+    """Validate a `[tracking]` table (also what `hpsearch export` builds from its flags)."""
+    return _tracking(_Section("tracking", table))
+
+
+def _tracking(s: _Section) -> TrackingSettings:
+    s.allow("mlflow", "wandb")
+    mlflow = wandb = None
+    if "mlflow" in s.table:
+        m = _Section("tracking.mlflow", s.table["mlflow"], settings=MlflowSettings)
+        m.allow("uri", "experiment")
+        uri = m.get("uri", str).strip()
+        if not uri:
+            raise ConfigError("tracking.mlflow.uri: must not be empty")
+        if mask_url(uri) != uri:
+            raise ConfigError(
+                f"tracking.mlflow.uri: {mask_url(uri)} holds a password; keep credentials out "
+                "of the config: set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, or "
+                "MLFLOW_TRACKING_TOKEN, where the workers run"
+            )
+        experiment = m.get("experiment", str)
+        if experiment is not None and not experiment.strip():
+            raise ConfigError("tracking.mlflow.experiment: must not be empty")
+        check_tracker_installed("mlflow")
+        mlflow = MlflowSettings(uri=uri, experiment=experiment)
+    if "wandb" in s.table:
+        w = _Section("tracking.wandb", s.table["wandb"], settings=WandbSettings)
+        w.allow("project", "entity", "mode")
+        project = w.get("project", str)
+        if not project.strip():
+            raise ConfigError("tracking.wandb.project: must not be empty")
+        entity = w.get("entity", str)
+        if entity is not None and not entity.strip():
+            raise ConfigError("tracking.wandb.entity: must not be empty")
+        mode = w.get("mode", str, choices=WANDB_MODES)
+        check_tracker_installed("wandb")
+        wandb = WandbSettings(project=project, entity=entity, mode=mode)
+    return TrackingSettings(mlflow=mlflow, wandb=wandb)
+
+
+def check_tracker_installed(tracker: str) -> None:
+    """ConfigError naming the extra to install when `tracker` (mlflow | wandb) is missing."""
+    try:
+        found = importlib.util.find_spec(tracker) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(
+            f"tracking.{tracker}: the {tracker} package is not installed here: "
+            f"pip install 'hpsearch[{tracker}]'"
+        )
 
 
 def _check_batch_sizes(space: tuple[Param, ...], train: TrainConfig) -> None:

@@ -10,6 +10,8 @@ data-parallel group, and the local launcher of worker processes.
 - `preflight`: the checks before a worker registers; `provenance`: what made a trial;
 - `run`: one worker in this process (`run_worker`, `WorkerOptions`);
 - `launcher`: every local child process (workers, ranks): devices, threads, restarts;
+- `slurm_script`: the sbatch script of a job array of workers (`hpsearch slurm`);
+- `pause`: a trial paused at an ASHA rung; `tracked`: a trial's tracker runs;
 - `trial_by_hand`: `hpsearch try`, one configuration without a study.
 """
 

@@ -385,8 +385,17 @@ def test_upgrading_to_the_cascades_drops_rows_of_studies_deleted_before(study_na
         migrate._create_schemas(storage)
         migrate._upgrade_ours(storage, "0003")
         ref, _ = create_study(storage, make_config(study_name))
-        register(storage, ref.study_id, "kept", grace_s=60)
-        register(storage, ref.study_id + 1000, "orphan", grace_s=60)
+        # Rows as 0003's workers table holds them (later revisions add columns).
+        with sa.create_engine(url).begin() as conn:
+            for worker_id, study_id in (("kept", ref.study_id), ("orphan", ref.study_id + 1000)):
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO hpsearch.workers (worker_id, study_id, hostname, pid, device,"
+                        " started_at, heartbeat_at, grace_s)"
+                        " VALUES (:w, :s, 'h', 1, 'cpu', 0, 0, 60)"
+                    ),
+                    {"w": worker_id, "s": study_id},
+                )
         with pytest.raises(StorageError, match=r"has revision 0003.*run `hpsearch migrate`"):
             migrate.check_schema(storage)
         assert migrate.upgrade(storage) == migrate.head_revision()

@@ -1,0 +1,338 @@
+"""Paused trials of promotion-based ASHA, in the shared database.
+
+A trial that reaches a rung is handed back like a preempted trial (its checkpoint kept, its lease
+released, WAITING in Optuna's table, no failed attempt counted) and marked paused at that rung in
+`trial_rungs`, in one fenced transaction (`pause`). The plain claim skips paused trials
+(`search.db.claims.claim_next_trial(..., skip_paused=True)`); a paused trial is claimed only by
+`claim_paused`, which unmarks it and takes its lease in one transaction, so two workers never
+resume the same trial. `trial_rungs` keeps every trial's value at every rung it reached: the
+rung table the promotion rule ranks against (`search.pruning.promotion`).
+
+When a study ends (its budget spent, or no trial left to start or promote), `end_waiting` ends
+what is left queued, paused trials included: PRUNED with their last reported value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from search.db.claims import utcnow_naive
+from search.db.leases import Claim, fence, release
+from search.db.statements import db_now, insert_for, upsert_attributes, write_intermediate_values
+from search.db.storage import Storage
+from search.db.tables import (
+    trial_intermediate_values,
+    trial_leases,
+    trial_params,
+    trial_rungs,
+    trial_system_attributes,
+    trial_user_attributes,
+    trial_values,
+    trials,
+)
+
+__all__ = [
+    "RungRow",
+    "claim_paused",
+    "end_waiting",
+    "next_promotable",
+    "pause",
+    "rank_at_rung",
+    "record_rung",
+    "rung_rows",
+]
+
+
+@dataclass(frozen=True)
+class RungRow:
+    trial_id: int
+    bracket: int
+    level: int
+    value: float
+    paused: bool
+
+
+def rung_rows(storage: Storage, study_id: int) -> list[RungRow]:
+    """Every trial's value at every rung it reached, and whether it sits paused there."""
+    r = trial_rungs
+    with storage.autocommit() as conn:
+        rows = conn.execute(
+            sa.select(r.c.trial_id, r.c.bracket, r.c.level, r.c.value, r.c.paused).where(
+                r.c.study_id == study_id
+            )
+        ).all()
+    return [
+        RungRow(t, b, lvl, math.nan if v is None else float(v), bool(p)) for t, b, lvl, v, p in rows
+    ]
+
+
+def next_promotable(
+    storage: Storage, study_id: int, *, maximize: bool, eta: int, draining: bool = False
+) -> RungRow | None:
+    """The paused trial a free worker resumes, by `search.pruning.promotion`'s rule evaluated
+    in the database (one query, one row back, whatever the study's size): of the paused trials
+    ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
+    at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
+    last. `tests/search/test_promotion.py` checks it picks what `RungTable.next_to_resume` picks.
+    """
+    with storage.autocommit() as conn:
+        row = conn.execute(
+            _promotable_statement(maximize, draining),
+            {"study": study_id, "eta": eta},
+        ).first()
+    if row is None:
+        return None
+    value = math.nan if row.value is None else float(row.value)
+    return RungRow(row.trial_id, row.bracket, row.level, value, True)
+
+
+def rank_at_rung(
+    storage: Storage, study_id: int, bracket: int, level: int, value: float, *, maximize: bool
+) -> tuple[int, int]:
+    """(trials recorded at the rung with a strictly better value, trials recorded there)."""
+    r = trial_rungs
+    if math.isnan(value):
+        better = r.c.value.is_not(None)
+    else:
+        better = r.c.value > value if maximize else r.c.value < value
+    with storage.autocommit() as conn:
+        row = conn.execute(
+            sa.select(
+                sa.func.coalesce(sa.func.sum(sa.case((better, 1), else_=0)), 0),
+                sa.func.count(),
+            ).where(r.c.study_id == study_id, r.c.bracket == bracket, r.c.level == level)
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+@functools.cache
+def _promotable_statement(maximize: bool, draining: bool) -> sa.Select:
+    r = trial_rungs
+    best_first = r.c.value.desc() if maximize else r.c.value.asc()
+    ranked = (
+        sa.select(
+            r.c.trial_id,
+            r.c.bracket,
+            r.c.level,
+            r.c.value,
+            r.c.paused,
+            # rank() - 1: how many rows of the rung are strictly better (ties share a rank).
+            (
+                sa.func.rank().over(
+                    partition_by=(r.c.bracket, r.c.level), order_by=best_first.nulls_last()
+                )
+                - 1
+            ).label("better"),
+            sa.func.count().over(partition_by=(r.c.bracket, r.c.level)).label("n"),
+        )
+        .where(r.c.study_id == sa.bindparam("study"))
+        .subquery("ranked")
+    )
+    eta = sa.bindparam("eta", type_=sa.Integer)
+    # Integer division in both databases: floor(n / eta), or ceil while draining.
+    allowed = (ranked.c.n + eta - 1) // eta if draining else ranked.c.n // eta
+    order = ranked.c.value.desc() if maximize else ranked.c.value.asc()
+    return (
+        sa.select(ranked.c.trial_id, ranked.c.bracket, ranked.c.level, ranked.c.value)
+        .where(ranked.c.paused.is_(True), ranked.c.better < allowed)
+        .order_by(ranked.c.level.desc(), order.nulls_last(), ranked.c.trial_id)
+        .limit(1)
+    )
+
+
+def record_rung(storage: Storage, claim: Claim, bracket: int, level: int, value: float) -> None:
+    """Record the trial's value at a rung it passes without pausing (promoted at once)."""
+    with storage.autocommit() as conn:
+        _upsert_rung(conn, claim, bracket, level, value, paused=False)
+
+
+def pause(
+    storage: Storage,
+    claim: Claim,
+    bracket: int,
+    level: int,
+    value: float,
+    intermediate: dict[int, float] | None = None,
+    system_attrs: dict[str, Any] | None = None,
+) -> None:
+    """Hand the trial back paused at rung `level` (fenced: raises LeaseLost if it was taken
+    over): its unwritten values written, WAITING, its lease released, marked paused."""
+    with storage.transaction() as conn:
+        fence(conn, claim)
+        write_intermediate_values(conn, claim.trial_id, intermediate or {})
+        upsert_attributes(conn, trial_system_attributes, claim.trial_id, system_attrs or {})
+        _upsert_rung(conn, claim, bracket, level, value, paused=True)
+        release(conn, claim.trial_id, keep_holder=True)
+
+
+def claim_paused(
+    storage: Storage, study_id: int, worker_id: str, trial_id: int, level: int
+) -> Claim | None:
+    """Resume trial `trial_id` paused at `level`: unmark it and take its lease, in one
+    transaction. None if another worker resumed (or ended) it first."""
+    dialect = "postgresql" if storage.is_postgres else "sqlite"
+    try:
+        with storage.transaction() as conn:
+            return _claim_paused(conn, dialect, study_id, worker_id, trial_id, level)
+    except _Gone:
+        return None
+
+
+class _Gone(Exception):
+    """The paused trial was ended meanwhile: roll the transaction back."""
+
+
+def _claim_paused(
+    conn: Connection, dialect: str, study_id: int, worker_id: str, trial_id: int, level: int
+) -> Claim | None:
+    r = trial_rungs
+    unpaused = conn.execute(
+        sa.update(r)
+        .where(r.c.trial_id == trial_id, r.c.level == level, r.c.paused.is_(True))
+        .values(paused=False)
+    ).rowcount
+    if unpaused != 1:
+        return None
+    started = conn.execute(
+        sa.update(trials)
+        .where(trials.c.trial_id == trial_id, trials.c.state == "WAITING")
+        .values(state="RUNNING")
+        .returning(trials.c.number)
+    ).first()
+    if started is None:  # ended meanwhile: leave the mark as it was
+        raise _Gone
+    generation = conn.execute(
+        _lease_upsert(dialect),
+        {"picked": trial_id, "study": study_id, "claimer": worker_id},
+    ).scalar_one()
+    return Claim(trial_id, started.number, study_id, worker_id, generation)
+
+
+def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int], list[int]]:
+    """End every trial of the study still WAITING when the study ends: one that started
+    (paused, or handed back) ends PRUNED with its last reported value; one that was queued
+    and never started is removed (sampled ahead, it was never part of the search). Returns
+    the numbers of both. A few statements for the whole study, in one transaction; a trial a
+    worker claims meanwhile is left to that worker (the updates lock the rows they change)."""
+    t, iv = trials, trial_intermediate_values
+    with storage.transaction() as conn:
+        dialect = conn.dialect.name
+        unstarted = conn.execute(
+            sa.update(t)
+            .where(
+                t.c.study_id == study_id,
+                t.c.state == "WAITING",
+                t.c.datetime_start.is_(None),
+                ~sa.exists().where(iv.c.trial_id == t.c.trial_id),
+            )
+            .values(state="WAITING")  # locks them
+            .returning(t.c.trial_id, t.c.number)
+        ).all()
+        for ids in _chunks([r.trial_id for r in unstarted]):
+            for table in (
+                trial_params,
+                trial_system_attributes,
+                trial_user_attributes,
+                trial_values,
+                trial_leases,
+            ):
+                conn.execute(sa.delete(table).where(table.c.trial_id.in_(ids)))
+            conn.execute(sa.delete(t).where(t.c.trial_id.in_(ids)))
+        ended = conn.execute(
+            sa.update(t)
+            .where(t.c.study_id == study_id, t.c.state == "WAITING")
+            .values(state="PRUNED", datetime_complete=utcnow_naive())
+            .returning(t.c.trial_id, t.c.number)
+        ).all()
+        for ids in _chunks([r.trial_id for r in ended]):
+            last = (
+                sa.select(iv.c.trial_id, sa.func.max(iv.c.step).label("step"))
+                .where(iv.c.trial_id.in_(ids))
+                .group_by(iv.c.trial_id)
+                .subquery()
+            )
+            values = []
+            for trial_id, value, kind in conn.execute(
+                sa.select(
+                    iv.c.trial_id, iv.c.intermediate_value, iv.c.intermediate_value_type
+                ).join(last, sa.and_(iv.c.trial_id == last.c.trial_id, iv.c.step == last.c.step))
+            ):
+                if kind == "NAN":
+                    continue  # a finished trial's value cannot be NaN: it ends without one
+                values.append(
+                    {"trial_id": trial_id, "objective": 0, "value": value, "value_type": kind}
+                )
+            if values:
+                conn.execute(insert_for(dialect, trial_values).on_conflict_do_nothing(), values)
+            attrs = insert_for(dialect, trial_system_attributes)
+            conn.execute(
+                attrs.on_conflict_do_update(
+                    index_elements=[
+                        trial_system_attributes.c.trial_id,
+                        trial_system_attributes.c.key,
+                    ],
+                    set_={"value_json": attrs.excluded.value_json},
+                ),
+                [
+                    {"trial_id": i, "key": "hpsearch:ended_by", "value_json": json.dumps(reason)}
+                    for i in ids
+                ],
+            )
+        conn.execute(
+            sa.update(trial_rungs)
+            .where(trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True))
+            .values(paused=False)
+        )
+    return [r.number for r in ended], [r.number for r in unstarted]
+
+
+def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+def _upsert_rung(
+    conn: Connection, claim: Claim, bracket: int, level: int, value: float, *, paused: bool
+) -> None:
+    r = trial_rungs
+    insert = insert_for(conn.dialect.name, r).values(
+        trial_id=claim.trial_id,
+        level=level,
+        study_id=claim.study_id,
+        bracket=bracket,
+        value=None if math.isnan(value) else value,
+        paused=paused,
+    )
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[r.c.trial_id, r.c.level],
+            set_={"value": insert.excluded.value, "paused": insert.excluded.paused},
+        )
+    )
+
+
+@functools.cache
+def _lease_upsert(dialect: str) -> Any:
+    lease = trial_leases
+    insert = insert_for(dialect, lease).values(
+        trial_id=sa.bindparam("picked"),
+        study_id=sa.bindparam("study"),
+        worker_id=sa.bindparam("claimer"),
+        generation=1,
+        claimed_at=db_now(dialect),
+        epoch=0,
+    )
+    return insert.on_conflict_do_update(
+        index_elements=[lease.c.trial_id],
+        set_={
+            "worker_id": insert.excluded.worker_id,
+            "generation": lease.c.generation + 1,
+            "claimed_at": insert.excluded.claimed_at,
+        },
+    ).returning(lease.c.generation)
