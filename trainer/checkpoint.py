@@ -74,7 +74,7 @@ class CheckpointStore(ABC):
 
     def save(self, state: dict[str, Any]) -> int:
         """Serialize `state` with ``torch.save`` and `write` it; returns the bytes written."""
-        import torch
+        import torch  # `import trainer` does not load torch
 
         buffer = io.BytesIO()
         torch.save(state, buffer)
@@ -89,7 +89,7 @@ class CheckpointStore(ABC):
         Loads with ``torch.load(weights_only=True)`` only: tensors and plain containers. Raises
         `CheckpointError` for a checkpoint that is corrupt or would need arbitrary unpickling.
         """
-        import torch
+        import torch  # `import trainer` does not load torch
 
         stream = self.open()
         if stream is None:

@@ -100,7 +100,7 @@ class CollectiveStop(threading.Event):
         self._asked = 0
 
     def is_set(self) -> bool:
-        import torch
+        import torch  # in a rank only: the launcher reads this module
         import torch.distributed as dist
 
         self._asked += 1

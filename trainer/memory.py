@@ -46,7 +46,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -503,6 +503,7 @@ class _DryRun:
         device = "cpu"
         if fake:
             if self.fake_mode is None:
+                # a private torch module, loaded only for a dry run
                 from torch._subclasses.fake_tensor import FakeTensorMode
 
                 # Tensors a model keeps outside its parameters and buffers become fake on use.
@@ -823,8 +824,6 @@ class StepTiming:
     device_name: str
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import statistics
 import subprocess
@@ -112,7 +113,7 @@ def measure_techniques(
     Returns the rows and what holds for all of them (device, precision reasoning, notes).
     """
     # torch loads here, when a measurement runs, not when a command starts
-    import torch
+    import torch  # torch loads when a measurement runs
 
     from trainer.device import choose_precision, resolve_device
     from trainer.memory import MemoryTarget, fit_memory
@@ -348,8 +349,6 @@ def techniques_json(
 def _row_main() -> int:
     """``python -m search.estimate.measure --row``: one technique's steps; JSON in (stdin),
     JSON out."""
-    import logging
-
     from trainer.memory import time_steps  # imports torch: in the row's process only
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -134,6 +134,7 @@ def _scan_each_finished_trial_once(app: Any) -> bool:
     only stays slower.
     """
     try:
+        # optuna_dashboard loads plotly and bottle: only in `hpsearch dashboard`
         from optuna_dashboard._inmemory_cache import _CachedExtraStudyProperty
     except ImportError:
         return False

@@ -1,11 +1,11 @@
 """Samplers: the study config's `sampler` name made into an Optuna sampler.
 
 Trials are sampled one at a time by whichever worker holds the study's sampling lock
-(see `search.dispatch`), so the process that samples changes over a study's life. A sampler
-seeded once per process would make two processes draw the same sequence from one seed; instead
-each trial's sampler is seeded from (study seed, trial number). Random search is therefore
-reproducible trial by trial, and no two trials share a random stream. (Grid and QMC are the
-exception: they walk one seeded sequence by trial number, so they keep the study seed.)
+(`search.sampling.sample_ahead`), so the process that samples changes over a study's life. A
+sampler seeded once per process would make two processes draw the same sequence from one seed;
+instead each trial's sampler is seeded from (study seed, trial number). Random search is
+therefore reproducible trial by trial, and no two trials share a random stream. (Grid and QMC
+are the exception: they walk one seeded sequence by trial number, so they keep the study seed.)
 
 Example::
 

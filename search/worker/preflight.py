@@ -39,7 +39,7 @@ def check_device(device: str) -> str:
     Returns the device's name ("cpu" or the GPU's).
     """
     # torch loads here: a worker trains, so it pays for it now rather than in its first trial.
-    from trainer.device import device_name, resolve_device
+    from trainer.device import device_name, resolve_device  # imports torch: when checking
 
     try:
         where = resolve_device(device)

@@ -96,7 +96,7 @@ def _check_memory(
 ) -> tuple[dict[str, Any] | None, TrialOutcome | None]:
     """(what the check found, for the trial's attributes; the outcome if the trial is refused)."""
     # trainer.memory imports torch: loaded with the first trial, not by every command.
-    from trainer.memory import MemoryCheckError, check_memory
+    from trainer.memory import MemoryCheckError, check_memory  # imports torch: in a trial only
 
     try:
         fit = check_memory(

@@ -46,7 +46,7 @@ def try_config(args: argparse.Namespace) -> int:
         raise ConfigError(f"task.name: {exc}") from None
 
     # torch loads here, only once the input is known to be good.
-    from trainer.device import resolve_device
+    from trainer.device import resolve_device  # imports torch: only when a trial runs
     from trainer.loop import train
 
     try:
@@ -114,7 +114,7 @@ class _Display:
         if not self.interactive:
             return
         if self.bar is None:
-            from tqdm import tqdm
+            from tqdm import tqdm  # only for a terminal
 
             self.bar = tqdm(
                 total=steps,

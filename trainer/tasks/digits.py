@@ -75,7 +75,7 @@ def accuracy(outputs: torch.Tensor, targets: torch.Tensor) -> float:
 
 @functools.cache
 def _split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # scikit-learn loads only for this task
     from sklearn.model_selection import train_test_split
 
     digits = load_digits()
