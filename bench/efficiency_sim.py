@@ -80,7 +80,9 @@ def optuna_study(
         "median": optuna.pruners.MedianPruner(),
     }
     study = optuna.create_study(
-        direction="maximize", sampler=make_optuna_sampler(sampler, seed, **kw), pruner=pruners[pruner]
+        direction="maximize",
+        sampler=make_optuna_sampler(sampler, seed, **kw),
+        pruner=pruners[pruner],
     )
     used, finished = 0, []
     while used < budget:
@@ -125,7 +127,9 @@ def asha_study(
 ) -> Run:
     """Promotion ASHA (several brackets: Hyperband with promotion) on a simulated clock."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="maximize", sampler=make_optuna_sampler(sampler, seed, **kw))
+    study = optuna.create_study(
+        direction="maximize", sampler=make_optuna_sampler(sampler, seed, **kw)
+    )
     levels = rungs(min_resource, eta)
     brackets = max(1, min(brackets, len(levels) - 1))
     # rung k of the study: trials recorded there as (value, number); paused ones by number.
@@ -135,7 +139,9 @@ def asha_study(
     rng = np.random.default_rng(seed)
     # Hyperband's bracket sizes: bracket s starts at rung s; weights as Li et al.'s n_s.
     s_max = len(levels) - 1
-    weights = np.array([(s_max + 1) / (s_max + 1 - s) * eta ** (s_max - s) for s in range(brackets)])
+    weights = np.array(
+        [(s_max + 1) / (s_max + 1 - s) * eta ** (s_max - s) for s in range(brackets)]
+    )
     weights /= weights.sum()
 
     def next_job() -> tuple[int, int, int] | None:

@@ -15,8 +15,8 @@ Example::
     >>> runs = [Run([(100, 0.8), (300, 0.9)], 400), Run([(200, 0.85)], 400)]
     >>> incumbents(runs, 400)[:, [99, 199, 299]].tolist()
     [[0.8, 0.8, 0.9], [-inf, 0.85, 0.85]]
-    >>> speedup(runs, 400, target=0.85)
-    2.0
+    >>> round(speedup(runs, 400, target=0.85), 2)  # the mean reaches 0.85 at epoch 300
+    1.33
 """
 
 from __future__ import annotations

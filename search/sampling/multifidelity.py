@@ -44,9 +44,31 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["MODES", "FidelitySampler", "fidelity_view"]
+__all__ = [
+    "FIDELITY_PRUNERS",
+    "MODES",
+    "FidelitySampler",
+    "across_fidelities",
+    "fidelity_view",
+    "uses_fidelities",
+]
 
 MODES = ("rung", "rank")
+
+FIDELITY_PRUNERS = frozenset({"hyperband", "successive_halving", "asha"})
+"""Pruners under which TPE and GP learn across fidelities: trials stop (or pause) at rungs."""
+
+FIDELITY_SAMPLERS = frozenset({"tpe", "gp"})
+
+MIN_POINTS = 10
+"""Trials that must have reached an epoch before the model is fitted there ("rung" mode): as
+many as TPE's start-up trials."""
+
+
+def uses_fidelities(config: Any) -> bool:
+    """Whether a study config's sampler learns across fidelities (a StudyConfig)."""
+    return config.study.sampler in FIDELITY_SAMPLERS and config.pruner.type in FIDELITY_PRUNERS
+
 
 Mode = Literal["rung", "rank"]
 
@@ -199,3 +221,12 @@ class FidelitySampler(optuna.samplers.BaseSampler):
 
     def reseed_rng(self) -> None:
         self.inner.reseed_rng()
+
+
+def across_fidelities(
+    config: Any, inner: optuna.samplers.BaseSampler
+) -> optuna.samplers.BaseSampler:
+    """`inner` wrapped in a `FidelitySampler` when the study's pruner stops trials at rungs."""
+    if not uses_fidelities(config):
+        return inner
+    return FidelitySampler(inner, mode="rung", min_points=MIN_POINTS)

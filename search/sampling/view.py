@@ -49,6 +49,7 @@ from search.db.tables import (
     trials,
 )
 from search.pruning.pruners import make_pruner
+from search.sampling.multifidelity import uses_fidelities
 from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
 
@@ -89,6 +90,9 @@ class StudyMirror(StudyFactsStorage):
         self._unfinished: set[int] = set()
         self._max_id = -1
         self._distributions: dict[str, BaseDistribution] = {}  # JSON -> parsed, parsed once
+        self.all_curves = uses_fidelities(study.config)
+        """Every trial's reports, running and paused trials' kept up to date, for samplers that
+        learn across fidelities (search.sampling.multifidelity)."""
 
     # -- the mirror -----------------------------------------------------------------------------
 
@@ -105,8 +109,9 @@ class StudyMirror(StudyFactsStorage):
                 },
             ).all()
             changed = [r for r in rows if self._changed(r.trial_id, r.state)]
+            grown = self._refresh_curves(conn, changed) if self.all_curves else 0
             if not changed:
-                return 0
+                return grown
             ids = bound_ids(dialect, [r.trial_id for r in changed])
             params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
             for trial_id, name, value, dist_json in conn.execute(
@@ -120,6 +125,7 @@ class StudyMirror(StudyFactsStorage):
             for trial_id, key, value_json in conn.execute(_attrs_statement(dialect), {"ids": ids}):
                 attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
             finished = [r.trial_id for r in changed if _STATES[r.state].is_finished()]
+            unfinished_ids = [r.trial_id for r in changed if not _STATES[r.state].is_finished()]
             values_of: dict[int, float] = {}
             curves: dict[int, dict[int, float]] = {}
             if finished:
@@ -128,12 +134,21 @@ class StudyMirror(StudyFactsStorage):
                     _values_statement(dialect), {"ids": done}
                 ):
                     values_of[trial_id] = stored_float(value, kind)
-                pruned = [r.trial_id for r in changed if r.state == "PRUNED"]
+                pruned = [
+                    r.trial_id
+                    for r in changed
+                    if r.state == "PRUNED" or (self.all_curves and r.state == "COMPLETE")
+                ]
                 if pruned:
                     for trial_id, step, value, kind in conn.execute(
                         _curves_statement(dialect), {"ids": bound_ids(dialect, pruned)}
                     ):
                         curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+            if self.all_curves and unfinished_ids:  # resumed or paused trials have reports
+                for trial_id, step, value, kind in conn.execute(
+                    _curves_statement(dialect), {"ids": bound_ids(dialect, unfinished_ids)}
+                ):
+                    curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
         for r in changed:
             values, dists = params.get(r.trial_id, ({}, {}))
             state = _STATES[r.state]
@@ -159,6 +174,28 @@ class StudyMirror(StudyFactsStorage):
             self._max_id = max(self._max_id, r.trial_id)
         self._sorted = None
         return len(changed)
+
+    def _refresh_curves(self, conn: sa.Connection, changed: Sequence[Any]) -> int:
+        """Read the reports of the unfinished trials (running, queued, paused) that are not
+        re-read whole; returns how many have new reports."""
+        ids = sorted(self._unfinished - {r.trial_id for r in changed})
+        if not ids:
+            return 0
+        curves: dict[int, dict[int, float]] = {}
+        dialect = conn.dialect.name
+        for trial_id, step, value, kind in conn.execute(
+            _curves_statement(dialect), {"ids": bound_ids(dialect, ids)}
+        ):
+            curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+        grown = 0
+        for trial_id, curve in curves.items():
+            trial = self._trials[trial_id]
+            if curve != trial.intermediate_values:
+                trial.intermediate_values = curve
+                grown += 1
+        if grown:
+            self._sorted = None
+        return grown
 
     def new_trial(self, number: int) -> int:
         """A trial to sample into, held here (RUNNING) until `take_sampled`; its provisional id."""
@@ -195,7 +232,11 @@ class StudyMirror(StudyFactsStorage):
             study_name=self._study.name,
             storage=self,
             sampler=sampler,
-            pruner=make_pruner(self._study.config),
+            # Optuna's Hyperband shows a trial's sampler only its bracket's trials; samplers
+            # that learn across fidelities see every trial.
+            pruner=optuna.pruners.NopPruner()
+            if self.all_curves
+            else make_pruner(self._study.config),
         )
 
     def _changed(self, trial_id: int, state: str) -> bool:
