@@ -75,11 +75,10 @@ class LCBench:
         # Set in memory, not written to ~/.config/yahpo_gym.
         yahpo_gym.local_config._config = {"data_path": str(data)}
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its citations
-            self._bench = yahpo_gym.BenchmarkSet(
-                "lcbench", instance=str(instance), multithread=False
-            )
+            self._bench = yahpo_gym.BenchmarkSet("lcbench", multithread=False)
         if str(instance) not in self._bench.instances:
             raise ValueError(f"unknown LCBench instance {instance!r}")
+        self._bench.set_instance(str(instance))
         self.instance = str(instance)
         self._cache: dict[tuple[Any, ...], Curve] = {}
 
