@@ -142,12 +142,13 @@ def study_config(
         "name": name,
         "direction": "maximize",
         "metric": "val_accuracy",
-        "n_trials": budget,  # at least one epoch a trial: the epoch budget ends it first
         "sampler": sampler,
         "seed": seed,
     }
     if has_epoch_budget():
         study["budget_epochs"] = budget
+    else:
+        study["n_trials"] = budget  # at least an epoch a trial; the bench counts the epochs
     return parse_config({"study": study, "pruner": pruner, "task": task, "space": space})
 
 
@@ -179,7 +180,7 @@ class EpochLog:
             self._fh.close()
             self._fh = None
 
-    def run(self, budget: int) -> Run:
+    def run(self) -> Run:
         """The study as a `Run`: fully trained trials at the cumulative epochs of their end."""
         events = []
         with open(self.path) as fh:
@@ -280,19 +281,56 @@ class DigitsTrial:
         return outcome
 
 
-def _worker_process(
-    url: str,
-    study: str,
-    benchmark: str,
-    instance: str,
-    data: str | None,
-    time_scale: float,
-    log_path: str,
-    left: Any,
-) -> None:
+def _pool_process(tasks: Any, done: Any, left: Any) -> None:
+    """A worker process of `WorkerPool`: runs one Worker per study it is handed."""
+    import warnings
+
+    warnings.simplefilter("ignore")
     logging.basicConfig(level=logging.WARNING)
-    code = _run_worker(url, study, benchmark, instance, data, time_scale, log_path, left)
-    sys.exit(code)
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        try:
+            code = _run_worker(*task, left if task[-1] is not None else None)
+        except Exception as exc:  # reported to the parent, which stops the benchmark
+            code = f"{type(exc).__name__}: {exc}"
+        done.put(code)
+
+
+class WorkerPool:
+    """W long-lived processes that join each study together: each runs a `Worker` of its own
+    (a real one: its own database connections, sampling and pruning), so that the start-up of
+    a process (imports, ~2 s of CPU) is paid once per benchmark, not once per study."""
+
+    def __init__(self, workers: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.workers = workers
+        self.tasks, self.done = ctx.Queue(), ctx.Queue()
+        self.left = ctx.Value("l", 0)
+        self.procs = [
+            ctx.Process(target=_pool_process, args=(self.tasks, self.done, self.left), daemon=True)
+            for _ in range(workers)
+        ]
+        for p in self.procs:
+            p.start()
+
+    def run(self, task: tuple[Any, ...], budget: int | None) -> list[Any]:
+        """Run every process's Worker on one study; their exit codes."""
+        if budget is not None:
+            self.left.value = budget
+        for _ in range(self.workers):
+            self.tasks.put((*task, budget))
+        return [self.done.get() for _ in range(self.workers)]
+
+    def close(self) -> None:
+        for _ in self.procs:
+            self.tasks.put(None)
+        for p in self.procs:
+            p.join(timeout=30)
+
+
+_POOL: WorkerPool | None = None
 
 
 def _run_worker(
@@ -303,7 +341,8 @@ def _run_worker(
     data: str | None,
     time_scale: float,
     log_path: str,
-    left: Any,
+    budget_left: int | None,
+    left: Any = None,
 ) -> int:
     from search.db.storage import open_storage
     from search.study.studies import open_study
@@ -312,6 +351,8 @@ def _run_worker(
     storage = open_storage(url)
     log = EpochLog(log_path)
     holder: list[Any] = []
+    if left is None and budget_left is not None:
+        left = mp.get_context("fork").Value("l", budget_left)
     budget = Budget(left) if left is not None else None
 
     def stop_worker() -> None:
@@ -348,28 +389,26 @@ def hpsearch_study(
     from search.study.setup import set_up_study
 
     storage = open_storage(url, create=True)
+    if storage.is_postgres:
+        from search.db.migrate import upgrade
+
+        upgrade(storage)  # the benchmark's own database: it is its admin
     set_up_study(storage, config, ["bench/efficiency.py"])
     storage.close()
     log_path = os.path.join(tmp, f"{config.study.name}.log")
-    budget = config.study.n_trials if not has_epoch_budget() else None
-    ctx = mp.get_context("spawn" if workers > 1 else "fork")
-    left = ctx.Value("l", budget) if budget is not None else None
+    budget = None if has_epoch_budget() else config.study.n_trials  # the bench's own count
     started = time.monotonic()
-    args = (url, config.study.name, benchmark, instance, data, time_scale, log_path, left)
+    args = (url, config.study.name, benchmark, instance, data, time_scale, log_path)
     if workers == 1:
-        code = _run_worker(*args)
-        codes = [code]
+        codes: list[Any] = [_run_worker(*args, budget)]
     else:
-        procs = [ctx.Process(target=_worker_process, args=args) for _ in range(workers)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join()
-        codes = [p.exitcode for p in procs]
-    if any(c not in (0, None) for c in codes):
+        global _POOL
+        if _POOL is None or _POOL.workers != workers:
+            _POOL = WorkerPool(workers)
+        codes = _POOL.run(args, budget)
+    if any(c != 0 for c in codes):
         raise RuntimeError(f"study {config.study.name}: worker exit codes {codes}")
-    target_budget = budget if budget is not None else config.study.budget_epochs
-    run = EpochLog(log_path).run(target_budget)
+    run = EpochLog(log_path).run()
     run.extra["wall_s"] = time.monotonic() - started
     run.extra["trials"] = _trial_count(url, config.study.name)
     return run
@@ -407,6 +446,9 @@ class Job:
 def run_job(job: Job) -> Run:
     """One study of `job.strategy` with `job.seed`."""
     logging.getLogger("search").setLevel(logging.WARNING)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     if job.strategy in OPTUNA or job.strategy in SIM:
         from bench.efficiency_sim import asha_study, optuna_study
@@ -541,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         if pool:
             pool.close()
             pool.join()
+    if _POOL is not None:
+        _POOL.close()
     elapsed = time.monotonic() - started
     out: dict[str, Any] = {
         "command": " ".join(
