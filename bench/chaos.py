@@ -80,7 +80,7 @@ seed = {seed}
 max_attempts = 3
 
 [pruner]
-type = "hyperband"
+type = "{pruner}"
 min_resource = 1
 reduction_factor = 3
 
@@ -112,6 +112,8 @@ class Soak:
     overlapping_runs: list[str] = field(default_factory=list)
     numbers: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    resumed_after_pause: int = 0
+    """Trials that paused at a rung and were resumed to the end (pruner asha)."""
 
     def tally(self) -> str:
         return (
@@ -120,7 +122,7 @@ class Soak:
             f"{self.database_restarts} database restart(s); wrong-device worker exit "
             f"{self.wrong_device_exit}; poisonous trial {self.poisoned.get('state')} after "
             f"{self.poisoned.get('attempts')} attempts; overlapping runs: "
-            f"{len(self.overlapping_runs)}"
+            f"{len(self.overlapping_runs)}; completed after a pause: {self.resumed_after_pause}"
         )
 
 
@@ -135,6 +137,7 @@ def run_soak(
     epoch_s: float = 0.15,
     seed: int = 0,
     timeout_s: float = 170.0,
+    pruner: str = "hyperband",
 ) -> Soak:
     """Run one soak; returns what happened. Raises AssertionError if the study never ends."""
     import optuna
@@ -151,7 +154,8 @@ def run_soak(
     (workdir / "chaos_task.py").write_text(
         TASK.replace("POISON", repr(POISON_X)).replace("EPOCH_S", repr(epoch_s))
     )
-    (workdir / "chaos.toml").write_text(CONFIG.format(name=name, n_trials=n_trials, seed=seed))
+    config = CONFIG.format(name=name, n_trials=n_trials, seed=seed, pruner=pruner)
+    (workdir / "chaos.toml").write_text(config)
     sys.path.insert(0, str(workdir))
     storage = open_storage(url)
     upgrade(storage)
@@ -240,6 +244,9 @@ def run_soak(
         "reason": poisoned.system_attrs.get("fail_reason"),
     }
     soak.overlapping_runs = _overlapping_runs(workdir / "runs.jsonl")
+    soak.resumed_after_pause = sum(
+        1 for t in trials if "hpsearch:paused_at" in t.system_attrs and t.state.name == "COMPLETE"
+    )
     return soak
 
 
@@ -272,6 +279,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--pruner", choices=("hyperband", "asha"), default="hyperband")
     args = parser.parse_args()
     from tests.conftest import private_postgres
 
@@ -284,6 +292,7 @@ def main() -> None:
             n_workers=args.workers,
             seed=args.seed,
             timeout_s=args.timeout_s,
+            pruner=args.pruner,
         )
     print(soak.tally())
     print(json.dumps(soak.fail_reasons, indent=1))

@@ -23,7 +23,13 @@ from sqlalchemy.dialects import postgresql
 from search.db.leases import Claim, TrialData
 from search.db.statements import db_now, insert_for
 from search.db.storage import Storage
-from search.db.tables import trial_intermediate_values, trial_leases, trial_params, trials
+from search.db.tables import (
+    trial_intermediate_values,
+    trial_leases,
+    trial_params,
+    trial_rungs,
+    trials,
+)
 
 __all__ = ["claim_next_trial", "held_claims", "read_trial_data", "utcnow_naive"]
 
@@ -33,12 +39,22 @@ def utcnow_naive() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
-def claim_next_trial(storage: Storage, study_id: int, worker_id: str) -> Claim | None:
-    """Take the study's lowest-numbered WAITING trial, or None if there is none."""
+def claim_next_trial(
+    storage: Storage, study_id: int, worker_id: str, *, skip_paused: bool = False
+) -> Claim | None:
+    """Take the study's lowest-numbered WAITING trial, or None if there is none.
+
+    `skip_paused`: leave trials paused at a rung (promotion-based ASHA, `search.db.pauses`)
+    to promotions."""
     params = {"study": study_id, "claimer": worker_id, "started": utcnow_naive()}
     if storage.is_postgres:
-        return _claim_postgresql(storage, params)
-    return _claim_sqlite(storage, params)
+        return _claim_postgresql(storage, params, skip_paused)
+    return _claim_sqlite(storage, params, skip_paused)
+
+
+def _not_paused(trial_id: Any) -> sa.ColumnElement[bool]:
+    r = trial_rungs
+    return ~sa.exists().where(r.c.trial_id == trial_id, r.c.paused.is_(True))
 
 
 def held_claims(storage: Storage, worker_id: str) -> list[Claim]:
@@ -76,9 +92,9 @@ def read_trial_data(storage: Storage, trial_id: int) -> TrialData:
 # -- PostgreSQL: one statement ----------------------------------------------------------------
 
 
-def _claim_postgresql(storage: Storage, params: dict[str, Any]) -> Claim | None:
+def _claim_postgresql(storage: Storage, params: dict[str, Any], skip_paused: bool) -> Claim | None:
     with storage.transaction() as conn:
-        row = conn.execute(_claim_statement_postgresql(), params).first()
+        row = conn.execute(_claim_statement_postgresql(skip_paused), params).first()
     if row is None:
         return None
     data = TrialData(
@@ -98,11 +114,12 @@ def _claim_postgresql(storage: Storage, params: dict[str, Any]) -> Claim | None:
 
 
 @functools.cache
-def _claim_statement_postgresql() -> sa.Select:
+def _claim_statement_postgresql(skip_paused: bool = False) -> sa.Select:
     t, lease, p, v = trials, trial_leases, trial_params, trial_intermediate_values
     picked = (
         sa.select(t.c.trial_id)
         .where(t.c.study_id == sa.bindparam("study"), t.c.state == "WAITING")
+        .where(_not_paused(t.c.trial_id) if skip_paused else sa.true())
         .order_by(t.c.number)
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -183,12 +200,13 @@ def _claim_statement_postgresql() -> sa.Select:
 # -- SQLite: three statements in one BEGIN IMMEDIATE transaction ---------------------------------
 
 
-def _claim_sqlite(storage: Storage, params: dict[str, Any]) -> Claim | None:
+def _claim_sqlite(storage: Storage, params: dict[str, Any], skip_paused: bool) -> Claim | None:
     t = trials
     with storage.transaction() as conn:
         picked = conn.execute(
             sa.select(t.c.trial_id, t.c.number)
             .where(t.c.study_id == params["study"], t.c.state == "WAITING")
+            .where(_not_paused(t.c.trial_id) if skip_paused else sa.true())
             .order_by(t.c.number)
             .limit(1)
         ).first()

@@ -33,10 +33,12 @@ __all__ = [
     "sampling_locks",
     "stored_float",
     "studies",
+    "study_budgets",
     "study_system_attributes",
     "trial_intermediate_values",
     "trial_leases",
     "trial_params",
+    "trial_rungs",
     "trial_system_attributes",
     "trial_user_attributes",
     "trial_values",
@@ -193,6 +195,26 @@ artifacts = sa.Table(
     sa.Column("chunk", sa.Integer, primary_key=True),
     sa.Column("data", sa.LargeBinary, nullable=False),
     sa.Column("trial_id", sa.Integer, doc="the trial a checkpoint is of (deleted with it)"),
+    schema=OUR_SCHEMA,
+)
+
+study_budgets = sa.Table(
+    "study_budgets",
+    metadata,
+    sa.Column("study_id", sa.Integer, primary_key=True),
+    sa.Column("epochs_used", sa.Integer, nullable=False, doc="epochs reserved by workers"),
+    schema=OUR_SCHEMA,
+)
+
+trial_rungs = sa.Table(
+    "trial_rungs",
+    metadata,
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("level", sa.Integer, primary_key=True, doc="the rung, in epochs"),
+    sa.Column("study_id", sa.Integer, nullable=False),
+    sa.Column("bracket", sa.Integer, nullable=False),
+    sa.Column("value", _FLOAT, doc="the trial's value at the rung (NULL: NaN)"),
+    sa.Column("paused", sa.Boolean, nullable=False, doc="the trial sits paused at this rung"),
     schema=OUR_SCHEMA,
 )
 

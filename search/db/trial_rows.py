@@ -42,6 +42,7 @@ from search.db.tables import (
     sampling_locks,
     trial_leases,
     trial_params,
+    trial_rungs,
     trial_system_attributes,
     trial_user_attributes,
     trials,
@@ -71,7 +72,7 @@ class Counts:
 
     @property
     def total(self) -> int:
-        return sum(self.by_state.values())
+        return sum(n for state, n in self.by_state.items() if state != "PAUSED")
 
     @property
     def finished(self) -> int:
@@ -79,7 +80,18 @@ class Counts:
 
     @property
     def waiting(self) -> int:
+        """WAITING trials, paused ones included."""
         return self.by_state.get("WAITING", 0)
+
+    @property
+    def paused(self) -> int:
+        """WAITING trials that sit paused at a rung (promotion, `search.db.pauses`)."""
+        return self.by_state.get("PAUSED", 0)
+
+    @property
+    def queued(self) -> int:
+        """WAITING trials any worker may claim: not paused."""
+        return self.waiting - self.paused
 
     @property
     def running(self) -> int:
@@ -313,12 +325,17 @@ def _take_lock(storage: Storage, study_id: int, worker_id: str) -> bool:
 
 
 @functools.cache
-def _counts_statement() -> sa.Select:
-    return (
-        sa.select(trials.c.state, sa.func.count())
+def _counts_statement() -> sa.CompoundSelect:
+    # Paused trials (WAITING in Optuna's table) come in the same round trip, as "PAUSED".
+    paused = sa.select(
+        sa.cast(sa.literal("PAUSED"), sa.String).label("state"), sa.func.count()
+    ).where(trial_rungs.c.study_id == sa.bindparam("study"), trial_rungs.c.paused.is_(True))
+    by_state = (
+        sa.select(sa.cast(trials.c.state, sa.String).label("state"), sa.func.count())
         .where(trials.c.study_id == sa.bindparam("study"))
         .group_by(trials.c.state)
     )
+    return sa.union_all(by_state, paused)
 
 
 @functools.cache

@@ -81,8 +81,8 @@ def rung_steps(pruner: PrunerSettings, epochs: int) -> list[int] | None:
     Successive halving (and each Hyperband bracket) only decides at rungs,
     min_resource * reduction_factor**k; at other epochs a report needs no pruning query.
     """
-    if pruner.type == "none":
-        return []
+    if pruner.type == "none" or pruner.pauses:
+        return []  # promotion-based ASHA pauses instead (search.worker.pause)
     if pruner.type == "median":
         return None
     steps, step = [], pruner.min_resource

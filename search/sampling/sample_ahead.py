@@ -76,11 +76,11 @@ class TrialSampler:
         `at_least` trials waiting); True if it created trials."""
 
         def how_many(counts: Counts, live: int) -> int:
-            missing = self.config.study.n_trials - counts.total
+            missing = self.config.study.max_trials - counts.total
             learns = self.config.study.sampler in LEARNS_FROM_RESULTS
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
             self.depth = depth
-            return min(missing, max(1, depth, at_least) - counts.waiting)
+            return min(missing, max(1, depth, at_least) - counts.queued)
 
         # One sampling thread per process at a time (the worker's loop and its sampler thread
         # both call this): the other one is told that somebody else is sampling.
@@ -163,7 +163,7 @@ class TrialSampler:
             self.study.study_id,
             self.worker_id,
             mirror.take_sampled(),
-            self.config.study.n_trials,
+            self.config.study.max_trials,
         )
 
     def sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:
@@ -208,7 +208,7 @@ def queue_first_trials(storage: Storage, study: StudyRef) -> None:
     liveness.register(storage, creator)
     try:
         TrialSampler(storage, study, creator.worker_id).top_up(
-            at_least=min(first, study.config.study.n_trials)
+            at_least=min(first, study.config.study.max_trials)
         )
     finally:
         liveness.unregister(storage, creator.worker_id, "created the study")

@@ -39,6 +39,7 @@ __all__ = [
     "DIRECTIONS",
     "PRUNERS",
     "SAMPLERS",
+    "UNLIMITED_TRIALS",
     "ConfigError",
     "GridSettings",
     "PrunerSettings",
@@ -50,8 +51,11 @@ __all__ = [
     "parse_config",
 ]
 
+UNLIMITED_TRIALS = 2**31 - 1
+"""`StudySettings.max_trials` when n_trials is left out: the budget ends the study first."""
+
 SAMPLERS = ("random", "tpe", "grid", "qmc", "cmaes", "gp")
-PRUNERS = ("hyperband", "successive_halving", "median", "none")
+PRUNERS = ("hyperband", "successive_halving", "asha", "median", "none")
 DIRECTIONS = ("maximize", "minimize")
 
 
@@ -69,8 +73,16 @@ class StudySettings:
     """maximize | minimize the metric."""
     metric: str = "val_accuracy"
     """Name of the validation score the task's metric_fn computes, reported every epoch."""
-    n_trials: int = 30
-    """Trials to finish across all workers; then every worker exits (never more)."""
+    n_trials: int | None = 30
+    """Trials to start across all workers (each then finishes: COMPLETE, PRUNED or FAIL); the
+    study ends once they have. None (left out of the config, allowed only with a budget): no
+    cap; the budget ends the study."""
+    budget_epochs: int | None = None
+    """Epochs trained by all workers together, never exceeded (repeats after a crash count);
+    the study ends when they are spent (`search.db.budget`)."""
+    budget_hours: float | None = None
+    """Wall-clock hours since the study's first trial started; checked at every claim and
+    report, after which running trials end PRUNED with their last value."""
     sampler: str = "tpe"
     """random | tpe | grid | qmc | cmaes | gp."""
     seed: int = 0
@@ -81,17 +93,37 @@ class StudySettings:
     """A trial whose worker died (or was declared dead, or lost its device) this many times
     ends FAIL with the reason; SIGTERM and Ctrl-C hand-backs do not count."""
 
+    @property
+    def max_trials(self) -> int:
+        """`n_trials`, or no practical cap when it is left out (a budget ends the study)."""
+        return UNLIMITED_TRIALS if self.n_trials is None else self.n_trials
+
+    @property
+    def has_budget(self) -> bool:
+        return self.budget_epochs is not None or self.budget_hours is not None
+
 
 @dataclass(frozen=True, kw_only=True)
 class PrunerSettings:
     """`[pruner]`: when a trial is stopped early for a poor intermediate score."""
 
     type: str = "hyperband"
-    """hyperband | successive_halving | median | none."""
+    """hyperband | successive_halving | asha | median | none. asha: promotion-based
+    asynchronous successive halving (a trial pauses at each rung and is resumed only when it
+    ranks in the top 1/reduction_factor of its rung, `search.pruning.promotion`)."""
+    promotion: bool = False
+    """hyperband: pause and promote (several brackets of promotion-based ASHA) instead of
+    Optuna's stop-only Hyperband. Always true for asha."""
     min_resource: int = 1
     """Epochs before the first rung (hyperband, successive_halving); max_resource is task.epochs."""
     reduction_factor: int = 3
     """1/reduction_factor of the trials are promoted at each rung."""
+
+    @property
+    def pauses(self) -> bool:
+        """Whether trials pause at rungs and are promoted (asha, hyperband with promotion)."""
+        return self.type == "asha" or (self.type == "hyperband" and self.promotion)
+
     n_startup_trials: int = 5
     """median: trials finished before any is pruned."""
     n_warmup_steps: int = 0
@@ -228,7 +260,10 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
             "study.sampler: grid needs [space] parameters with at least two grid values in all "
             f"(the grid has {config.grid_size() if space else 0} point(s))"
         )
-    if study.sampler == "grid" and study.n_trials > config.grid_size():
+    if study.sampler == "grid" and study.n_trials is None:
+        # A budget without a trial cap: the grid's points are the cap (never a point twice).
+        config = config.with_study(n_trials=config.grid_size())
+    if study.sampler == "grid" and config.study.max_trials > config.grid_size():
         raise ConfigError(
             f"study.n_trials: {study.n_trials} is more than the grid's {config.grid_size()} points "
             "(sampler = grid would repeat points); lower n_trials or add [grid] points"
@@ -341,15 +376,34 @@ class _Section:
 
 
 def _study(s: _Section) -> StudySettings:
-    s.allow("name", "direction", "metric", "n_trials", "sampler", "seed", "max_attempts")
+    s.allow(
+        "name",
+        "direction",
+        "metric",
+        "n_trials",
+        "budget_epochs",
+        "budget_hours",
+        "sampler",
+        "seed",
+        "max_attempts",
+    )
     name = s.get("name", str)
     if not name.strip():
         raise ConfigError("study.name: must not be empty")
+    budget_epochs = s.positive_int("budget_epochs") if "budget_epochs" in s.table else None
+    budget_hours = None
+    if "budget_hours" in s.table:
+        budget_hours = float(s.get("budget_hours", (int, float)))
+        if budget_hours <= 0:
+            raise ConfigError(f"study.budget_hours: must be > 0, got {budget_hours}")
+    has_budget = budget_epochs is not None or budget_hours is not None
     study = StudySettings(
         name=name,
         direction=s.get("direction", str, choices=DIRECTIONS),
         metric=s.get("metric", str),
-        n_trials=s.positive_int("n_trials"),
+        n_trials=s.positive_int("n_trials") if "n_trials" in s.table or not has_budget else None,
+        budget_epochs=budget_epochs,
+        budget_hours=budget_hours,
         sampler=s.get("sampler", str, choices=SAMPLERS),
         seed=s.get("seed", int),
         max_attempts=s.positive_int("max_attempts"),
@@ -370,7 +424,9 @@ def _task(s: _Section) -> TaskSettings:
 
 def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
     kind = s.get("type", str, choices=PRUNERS)
-    if kind in ("hyperband", "successive_halving"):
+    if kind == "hyperband":
+        s.allow("type", "min_resource", "reduction_factor", "promotion")
+    elif kind in ("successive_halving", "asha"):
         s.allow("type", "min_resource", "reduction_factor")
     elif kind == "median":
         s.allow("type", "n_startup_trials", "n_warmup_steps")
@@ -382,8 +438,9 @@ def _pruner(s: _Section, task: TaskSettings) -> PrunerSettings:
         reduction_factor=s.positive_int("reduction_factor", minimum=2),
         n_startup_trials=s.positive_int("n_startup_trials", minimum=0),
         n_warmup_steps=s.positive_int("n_warmup_steps", minimum=0),
+        promotion=s.get("promotion", bool),
     )
-    if kind in ("hyperband", "successive_halving") and pruner.min_resource > task.epochs:
+    if kind in ("hyperband", "successive_halving", "asha") and pruner.min_resource > task.epochs:
         raise ConfigError(
             f"pruner.min_resource: {pruner.min_resource} is more than task.epochs = {task.epochs}"
         )

@@ -22,6 +22,7 @@ Ctrl-C exits at once; the trial is then handed back by the reaper after the grac
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -36,7 +37,7 @@ from typing import Any, TypeVar
 
 from optuna.distributions import json_to_distribution
 
-from search.db import claims, fenced_writes, liveness, trial_rows
+from search.db import claims, fenced_writes, liveness, pauses, trial_rows
 from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient, retry
 from search.db.tables import stored_float
@@ -48,6 +49,7 @@ from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
+from search.worker.pause import Promoter, StudyLimits
 from search.worker.report_writer import ReportWriter
 from search.worker.training import run_training
 from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
@@ -118,6 +120,12 @@ class Worker:
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
         self._rungs = rung_steps(self.config.pruner, self.config.task.epochs)
+        # Budgets and promotion-based ASHA (search/worker/pause.py); None: not configured.
+        self._limits = StudyLimits(storage, study) if self.config.study.has_budget else None
+        self._promoter = Promoter(storage, study) if self.config.pruner.pauses else None
+        self._stop_reason: str | None = None  # why report() last said stop
+        self._paused_at: tuple[int, float] | None = None  # (rung, value) where it pauses
+        self._run_now: TrialRun | None = None
         self._reports = ReportWriter(
             storage, on_lost=self._trial_lost, on_error=self._db_down, on_success=self._db_back
         )
@@ -128,6 +136,8 @@ class Worker:
     def prepare(self) -> None:
         """Load what every trial needs (Optuna, the study for pruning) before the first claim,
         so that start-up cost is not paid inside a trial."""
+        if self._limits is not None:
+            self._retry(self._limits.prepare, "prepare the budget")
         if self._rungs == []:
             return  # no pruner: nothing to load
         self._retry(lambda: self._load_pruner().view.refresh(), "load")
@@ -194,7 +204,7 @@ class Worker:
 
     def _next_claim(self) -> Claim | None:
         """The next trial to run, or None when the study is done (or the worker must stop)."""
-        n_trials = self.config.study.n_trials
+        n_trials = self.config.study.max_trials
         idle_s = 0.05
         while not self._stop.is_set():
             claim = self._claim_once()
@@ -203,7 +213,21 @@ class Worker:
             counts = self._retry(
                 lambda: trial_rows.count_trials(self.storage, self.study.study_id), "count trials"
             )
-            if counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
+            if self._limits is not None or self._promoter is not None:
+                verdict = self._retry(
+                    functools.partial(self._study_end, counts), "check the study's end"
+                )
+                if verdict == "done":
+                    return None
+                if verdict == "drain":
+                    claim = self._with_epoch(self._promote_draining)
+                    if claim is not None:
+                        return claim
+                if verdict != "sample":
+                    self._stop.wait(idle_s * (0.5 + random.random()))
+                    idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
+                    continue
+            elif counts.total >= n_trials and counts.waiting == 0 and counts.running == 0:
                 return None
             if counts.total < n_trials:
                 if not self._retry(self._top_up, "sample trials"):
@@ -229,15 +253,83 @@ class Worker:
                 if held:
                     return held[0]
             try:
-                return claims.claim_next_trial(self.storage, self.study.study_id, self.worker_id)
+                if self._promoter is not None:
+                    promoted = self._promoter.resume_next(self.worker_id)
+                    if promoted is not None:
+                        return promoted
+                return claims.claim_next_trial(
+                    self.storage,
+                    self.study.study_id,
+                    self.worker_id,
+                    skip_paused=self._promoter is not None,
+                )
             except Exception:
                 failed = True
                 raise
 
-        claim = self._retry(attempt, "claim a trial")
-        if claim is not None and (claim.waiting is None or claim.waiting < self._sample_below()):
+        claim = self._with_epoch(lambda: self._retry(attempt, "claim a trial"))
+        if claim is not None and (
+            claim.waiting is None
+            or self._promoter is not None  # claim.waiting counts paused trials too
+            or claim.waiting < self._sample_below()
+        ):
             self._maybe_sample_ahead()
         return claim
+
+    def _with_epoch(self, claim_one: Callable[[], Claim | None]) -> Claim | None:
+        """`claim_one()`, with one epoch of the study's budget reserved first (and given back
+        if there is no trial to claim); None without claiming when the budget is spent."""
+        limits = self._limits
+        if limits is None:
+            return claim_one()
+        if not self._retry(limits.reserve, "reserve an epoch"):
+            return None
+        claim = claim_one()
+        if claim is None:
+            self._retry(limits.give_back, "return an epoch")
+        return claim
+
+    def _promote_draining(self) -> Claim | None:
+        promoter = self._promoter
+        assert promoter is not None
+        return self._retry(
+            lambda: promoter.resume_next(self.worker_id, draining=True), "promote a trial"
+        )
+
+    def _study_end(self, counts: trial_rows.Counts) -> str:
+        """With a budget or promotion, when nothing was claimed: "sample" (new trials may
+        start), "drain" (none may: promote paused trials with the looser rule), "wait" (for
+        running trials), or "done" (the study is over: what is left queued or paused has been
+        ended PRUNED with its last value)."""
+        limits, promoter = self._limits, self._promoter
+        if limits is not None and limits.spent():  # read after the running trials' count
+            if counts.running > 0:
+                return "wait"  # they give back what they do not train, or end
+            return self._end_waiting("budget")
+        if counts.total < self.config.study.max_trials:
+            return "sample"
+        if promoter is None:
+            done = counts.waiting == 0 and counts.running == 0
+            return "done" if done else "wait"
+        if counts.queued > 0:
+            return "wait"  # queued trials (handed back): the next claim takes them
+        if counts.paused == 0:
+            return "done" if counts.running == 0 else "wait"
+        if counts.running > 0:
+            return "drain"
+        if promoter.can_resume(draining=True):
+            return "drain"
+        return self._end_waiting("n_trials")
+
+    def _end_waiting(self, why: str) -> str:
+        ended = pauses.end_waiting(self.storage, self.study.study_id, why)
+        if ended:
+            logger.info(
+                "study over (%s): trials %s end PRUNED with their last value",
+                "budget spent" if why == "budget" else "no trial left to start or promote",
+                ", ".join(map(str, ended)),
+            )
+        return "done"
 
     def _sample_below(self) -> float:
         """Claims that leave fewer trials queued than this top the queue up."""
@@ -250,6 +342,7 @@ class Worker:
 
     def _run_claim(self, claim: Claim) -> None:
         self._claim, self._lost = claim, False
+        self._stop_reason, self._paused_at, self._run_now = None, None, None
         self._trial_stop = threading.Event()
         if self._stop.is_set():
             self._trial_stop.set()
@@ -275,6 +368,7 @@ class Worker:
                 reported=dict(reported),
                 previous_worker=previous,
             )
+            self._run_now = run
             if previous:
                 logger.info(
                     "trial %d: resuming the work of %s (epochs reported: %d; params %s)",
@@ -299,6 +393,7 @@ class Worker:
             self._lost = True
         finally:
             self._reports.end()
+            self._give_back_epoch()
             if self._pruner is not None:
                 self._pruner.end_trial()
             if self._lost:
@@ -311,7 +406,13 @@ class Worker:
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
+        # An epoch reserved and not trained goes back while the trial still runs: no worker
+        # takes the study's budget for spent before it is.
+        self._give_back_epoch()
         if self._lost:
+            return
+        if outcome.status == "pruned" and self._stop_reason == "paused":
+            self._pause(claim, leftover)
             return
         if outcome.status == "machine_fault":
             self._stop_for_machine_fault(claim, run, outcome, leftover)
@@ -331,6 +432,8 @@ class Worker:
             return
         end = trial_end(outcome, run.reported)
         system_attrs = {"fail_reason": end.fail_reason} if end.fail_reason else {}
+        if outcome.status == "pruned" and self._stop_reason == "budget":
+            system_attrs["hpsearch:ended_by"] = "budget"
         user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
         self._retry(
             lambda: fenced_writes.finish(
@@ -348,6 +451,30 @@ class Worker:
         why = f" ({end.fail_reason})" if end.fail_reason else ""
         logger.info(
             "trial %d %s%s in %.1f s%s", claim.number, end.state.lower(), shown, seconds, why
+        )
+
+    def _give_back_epoch(self) -> None:
+        if self._limits is not None and self._limits.holds_epoch:
+            self._retry(self._limits.give_back, "return an epoch", attempts=5)
+
+    def _pause(self, claim: Claim, leftover: dict[int, float]) -> None:
+        """Hand the trial back paused at its rung, its checkpoint kept (promotion)."""
+        assert self._promoter is not None and self._paused_at is not None
+        epoch, value = self._paused_at
+        promoter = self._promoter
+        self._retry(
+            lambda: promoter.pause(claim, epoch, value, leftover, self.worker_id),
+            "pause the trial",
+            attempts=5,
+        )
+        logger.info(
+            "trial %d: paused at rung %d (%s %.4g), checkpoint kept; resumed once it ranks in "
+            "the top 1/%d there",
+            claim.number,
+            epoch,
+            self.config.study.metric,
+            value,
+            promoter.eta,
         )
 
     def _stop_for_machine_fault(
@@ -429,7 +556,56 @@ class Worker:
             last_pruned_check = epoch
             return decision
 
-        return report
+        if self._limits is None and self._promoter is None:
+            return report
+        return self._limited_reporter(claim, max(reported, default=0), report)
+
+    def _limited_reporter(
+        self, claim: Claim, resumed_from: int, report: Callable[[int, float], bool]
+    ) -> Callable[[int, float], bool]:
+        """`report`, for a study with a budget or promotion: every new epoch uses the epoch
+        reserved for it and reserves the next (no reservation: stop, "budget"); at a rung,
+        the trial goes on if it ranks in the top 1/eta there, else it stops to pause."""
+        limits, promoter, epochs = self._limits, self._promoter, self.config.task.epochs
+        high = resumed_from  # epochs up to here were trained before (a resumed trial re-reports)
+
+        def limited(epoch: int, value: float) -> bool:
+            nonlocal high
+            stop = report(epoch, value)
+            if epoch <= high:
+                return stop
+            high = epoch
+            if limits is not None:
+                limits.trained()
+            if stop:
+                self._say_stop("lost" if self._lost else "pruned")
+                return True
+            if epoch >= epochs:
+                return False
+            if promoter is not None and promoter.pauses_at(claim.number, epoch):
+                try:
+                    goes_on = promoter.goes_on(claim, epoch, value)
+                    self._db_back()
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    self._db_down(exc, "report")
+                    goes_on = True  # no decision without the database: train on
+                if not goes_on:
+                    self._paused_at = (epoch, value)
+                    self._say_stop("paused")
+                    return True
+            if limits is not None and not self._retry(limits.reserve, "reserve an epoch"):
+                self._say_stop("budget")
+                return True
+            return False
+
+        return limited
+
+    def _say_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        if self._run_now is not None:
+            self._run_now.stop_reason = reason
 
     def _should_prune(self, claim: Claim, reported: dict[int, float]) -> bool:
         return self._load_pruner().should_prune(claim.trial_id, reported)

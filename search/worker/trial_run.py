@@ -31,14 +31,20 @@ class TrialRun:
     (`search.sampling.samplers.derived_seed`)."""
     device: str
     report: Callable[[int, float], bool]
-    """report(epoch, value) -> True when the trial should stop (pruned or taken over)."""
+    """report(epoch, value) -> True when the trial should stop: return "pruned" then (with
+    the last value, or None). Why it stops is the worker's to know (`stop_reason`): pruned,
+    paused at a rung (promotion: the worker hands it back paused, to be resumed from the
+    checkpoint of that epoch, with `reported` up to it), the study's budget spent, or taken
+    over by another worker."""
     stop: threading.Event
     """Set when the worker must stop (SIGTERM, Ctrl-C): checkpoint and return "preempted"."""
     checkpoints: CheckpointStore | None = None
     reported: dict[int, float] = field(default_factory=dict)
     """Epoch -> value already recorded for this trial (non-empty when it is resumed)."""
     previous_worker: str | None = None
-    """The worker that held this trial before (it died, was preempted or was stopped)."""
+    """The worker that held this trial before (it died, was preempted, paused or stopped)."""
+    stop_reason: str | None = None
+    """Set by the worker when report() says stop: "pruned", "paused", "budget" or "lost"."""
 
 
 @dataclass

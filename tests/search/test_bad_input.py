@@ -78,7 +78,46 @@ CONFIG_CASES = [
     ("unknown-param-type", _replace('type = "int"', 'type = "integer"'), "space.width.type"),
     ("empty-choices", _replace("choices = [64, 128]", "choices = []"), "at least one value"),
     ("float-step-zero", _replace("log = true }\nwidth", "step = 0 }\nwidth"), "space.lr"),
-    ("unknown-pruner", _replace('type = "hyperband"', 'type = "asha"'), "pruner.type"),
+    ("unknown-pruner", _replace('type = "hyperband"', 'type = "bohb"'), "pruner.type"),
+    (
+        "zero-epoch-budget",
+        _replace("n_trials = 4", "budget_epochs = 0"),
+        "study.budget_epochs: must be >= 1, got 0",
+    ),
+    (
+        "negative-hour-budget",
+        _replace("n_trials = 4", "budget_hours = -1.5"),
+        "study.budget_hours: must be > 0, got -1.5",
+    ),
+    (
+        "hour-budget-word",
+        _replace("n_trials = 4", 'budget_hours = "12h"'),
+        'study.budget_hours: must be a number, got "12h"',
+    ),
+    (
+        "epoch-budget-float",
+        _replace("n_trials = 4", "budget_epochs = 10.5"),
+        "study.budget_epochs: must be an integer",
+    ),
+    (
+        "promotion-not-bool",
+        _replace("reduction_factor = 2", 'reduction_factor = 2\npromotion = "yes"'),
+        "pruner.promotion: must be",
+    ),
+    (
+        "promotion-without-hyperband",
+        lambda text: text.replace('"hyperband"', '"successive_halving"').replace(
+            "reduction_factor = 2", "reduction_factor = 2\npromotion = true"
+        ),
+        "unknown key pruner.promotion",
+    ),
+    (
+        "asha-rung-beyond-epochs",
+        lambda text: text.replace('"hyperband"', '"asha"').replace(
+            "min_resource = 1", "min_resource = 9"
+        ),
+        "pruner.min_resource: 9 is more than task.epochs = 4",
+    ),
     (
         "rung-beyond-epochs",
         _replace("min_resource = 1", "min_resource = 9"),

@@ -22,3 +22,22 @@ def test_a_study_survives_every_fault_at_once(
     assert soak.wrong_device_exit == 2
     assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
     assert not soak.overlapping_runs, soak.overlapping_runs
+
+
+def test_promotion_based_asha_survives_every_fault_at_once(
+    private_pg: tuple[str, Callable[..., None]], tmp_path: Path
+) -> None:
+    """Paused trials go through kills, SIGTERMs and a database restart: resumed from their
+    checkpoints on any worker, never run twice at once, and none is left paused."""
+    url, restart = private_pg
+    soak = run_soak(
+        url, restart, tmp_path, n_trials=18, n_workers=4, seed=2, timeout_s=170, pruner="asha"
+    )
+    print(soak.tally(), soak.fail_reasons)
+    assert soak.numbers == list(range(18))
+    assert set(soak.states) <= {"COMPLETE", "PRUNED", "FAIL"}  # nothing RUNNING, WAITING, paused
+    assert soak.poisoned["state"] == "FAIL" and soak.poisoned["attempts"] == 3
+    assert all(soak.fail_reasons.values()), soak.fail_reasons
+    assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
+    assert not soak.overlapping_runs, soak.overlapping_runs
+    assert soak.resumed_after_pause >= 1

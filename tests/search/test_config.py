@@ -89,7 +89,7 @@ def test_stored_form_round_trips_and_detects_differences() -> None:
         ("task", _DELETE, "[task] section is missing"),
         ("task.name", _DELETE, "task.name is missing"),
         ("task.epochs", 0, "task.epochs: must be >= 1, got 0"),
-        ("pruner.type", "asha", 'pruner.type: unknown value "asha"'),
+        ("pruner.type", "bohb", 'pruner.type: unknown value "bohb"'),
         ("pruner.reduction_factor", 1, "pruner.reduction_factor: must be >= 2, got 1"),
         ("pruner.min_resource", 10, "pruner.min_resource: 10 is more than task.epochs = 9"),
         ("pruner.n_warmup_steps", 2, "unknown key pruner.n_warmup_steps"),
@@ -156,3 +156,29 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
     wrong.write_text('[study]\nname = "x"\nsampler = "bayes"\n[task]\nname = "digits"\n')
     with pytest.raises(ConfigError, match=r"wrong\.toml: study\.sampler: unknown value"):
         load_config(wrong)
+
+
+def test_a_budget_makes_n_trials_optional() -> None:
+    data = copy.deepcopy(GOOD)
+    del data["study"]["n_trials"]
+    assert parse_config(data).study.n_trials == 30  # no budget: the default cap
+    data["study"]["budget_epochs"] = 500
+    config = parse_config(data)
+    assert config.study.n_trials is None and config.study.max_trials > 10**9
+    assert config.study.budget_epochs == 500 and config.study.budget_hours is None
+    assert StudyConfig.from_dict(config.to_dict()) == config
+    data["study"].pop("budget_epochs")
+    data["study"]["budget_hours"] = 2
+    assert parse_config(data).study.budget_hours == 2.0
+    data["study"]["n_trials"] = 7  # both: whichever is reached first
+    assert parse_config(data).study.n_trials == 7
+
+
+def test_asha_and_hyperband_with_promotion_pause_at_rungs() -> None:
+    data = copy.deepcopy(GOOD)
+    data["pruner"] = {"type": "asha", "min_resource": 1, "reduction_factor": 3}
+    assert parse_config(data).pruner.pauses
+    data["pruner"] = {"type": "hyperband", "promotion": True}
+    assert parse_config(data).pruner.pauses
+    data["pruner"] = {"type": "hyperband"}
+    assert not parse_config(data).pruner.pauses  # Optuna's stop-only Hyperband, as before
