@@ -29,7 +29,7 @@ from search.errors import RuntimeFailure
 from search.estimate.estimate import run_estimate
 from search.monitor.dashboard import host_name, port_number
 from search.monitor.dashboard import serve as serve_dashboard
-from search.monitor.status import format_best, format_status, study_status
+from search.monitor.status import finished_of, format_best, format_status, study_status
 from search.monitor.workers import delete_study, format_workers, list_workers, workers_json
 from search.study.config import ConfigError, StudyConfig, load_config
 from search.study.setup import set_up_study
@@ -276,9 +276,18 @@ def _add_compare_parser(sub: Any, storage_help: str, schema_help: str, artifacts
         "--samplers", default="grid,random,tpe", help="comma-separated (default: grid,random,tpe)"
     )
     compare.add_argument(
-        "--pruners", help="comma-separated, e.g. none,hyperband (default: the config's [pruner])"
+        "--pruners",
+        help="comma-separated, e.g. none,hyperband,asha (default: the config's [pruner])",
     )
-    compare.add_argument("--budget", type=_positive_int, required=True, help="trials per study")
+    budget = compare.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--budget", type=_positive_int, help="trials per study")
+    budget.add_argument(
+        "--budget-epochs",
+        type=_positive_int,
+        metavar="N",
+        help="epochs per study, pruned trials' included: equal compute (with --budget, "
+        "strategies that prune get budget x task.epochs)",
+    )
     compare.add_argument(
         "--repeats", type=_positive_int, default=5, help="studies per strategy (default: 5)"
     )
@@ -699,7 +708,6 @@ class _StudyProgress:
                 s = study_status(self.storage, open_study(self.storage, self.study_name))
             except Exception:  # a line not redrawn this second costs nothing
                 return
-            done = s["complete"] + s["pruned"] + s["failed"]
             best = (
                 ""
                 if s["best"] is None
@@ -708,7 +716,7 @@ class _StudyProgress:
                 )
             )
             self._text = (
-                f"{self.study_name}: {done}/{s['n_trials']} finished "
+                f"{self.study_name}: {finished_of(s)} "
                 f"({s['pruned']} pruned), {s['running']} running{best}"
             )
         sys.stderr.write(f"\r\033[K{self._text}")

@@ -274,6 +274,7 @@ def summarize(
         "metric": config.study.metric,
         "direction": config.study.direction,
         "budget": request.budget,
+        "budget_epochs": request.budget_epochs,
         "repeats": request.repeats,
         "epochs_per_trial": config.task.epochs,
         "grid": grid,
@@ -565,8 +566,16 @@ def _blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block
         (
             "p",
             f"Config `{s['config']}`: {len(strategies)} strategies, {s['repeats']} repeats each, "
-            f"a budget of {s['budget']} trials per study ({s['epochs_per_trial']} epochs per "
-            f"trial unless pruned), {metric} to {s['direction']}. Each repeat is a study of "
+            + (
+                f"a budget of {s['budget']} trials per study ({s['epochs_per_trial']} epochs per "
+                "trial unless pruned)"
+                if not s.get("budget_epochs")
+                else f"at equal compute: a budget of {s['budget_epochs']} epochs trained per "
+                f"study, pruned and paused trials' epochs included ({s['epochs_per_trial']} "
+                "epochs per fully trained trial; strategies that prune spend what they save on "
+                "more trials)"
+            )
+            + f", {metric} to {s['direction']}. Each repeat is a study of "
             f"its own, named `{s['study']}-<strategy>-r<k>`, with its own seed.",
         ),
     ]

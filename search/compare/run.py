@@ -182,7 +182,9 @@ def _pruner_settings(config: StudyConfig, kind: str) -> PrunerSettings:
     if kind == config.pruner.type:
         return config.pruner
     settings = PrunerSettings(type=kind)
-    if kind in ("hyperband", "successive_halving") and settings.min_resource > config.task.epochs:
+    if kind in ("hyperband", "successive_halving", "asha") and (
+        settings.min_resource > config.task.epochs
+    ):
         raise ConfigError(
             f"--pruners {kind}: its min_resource {settings.min_resource} is more than "
             f"task.epochs = {config.task.epochs}"
@@ -191,17 +193,37 @@ def _pruner_settings(config: StudyConfig, kind: str) -> PrunerSettings:
 
 
 def plan_compare(
-    config: StudyConfig, strategies: Sequence[Strategy], budget: int, repeats: int
+    config: StudyConfig,
+    strategies: Sequence[Strategy],
+    budget: int | None,
+    repeats: int,
+    *,
+    budget_epochs: int | None = None,
 ) -> list[CompareRun]:
     """The studies of a comparison, repeat by repeat (so that a comparison stopped half-way has
     the same repeats of every strategy). ConfigError on bad input; nothing is touched here.
+
+    `budget`: trials per study; `budget_epochs`: epochs trained per study, pruned trials'
+    included (equal compute): every study gets `[study] budget_epochs` and no trial cap, but
+    the grid, which runs budget_epochs // task.epochs of its points (with the budget too).
 
     Seeds: repeat k of a strategy gets `derived_seed(study.seed, k, "compare:<label>")`, so
     repeats differ in seed and no two strategies share a random stream (TPE's first trials would
     otherwise draw exactly random search's points). The grid visits the same points in every
     repeat; its seed changes the trials' training seeds and the order of the points.
     """
-    if budget < 1:
+    if budget_epochs is not None:
+        if budget_epochs < 1:
+            raise ConfigError(f"--budget-epochs: must be >= 1, got {budget_epochs}")
+        grid_trials = budget_epochs // config.task.epochs
+        if any(s.sampler == "grid" for s in strategies) and grid_trials < grid_minimum(config):
+            raise ConfigError(
+                f"--budget-epochs {budget_epochs}: {grid_trials} fully trained trials of "
+                f"{config.task.epochs} epochs, below the grid's minimum of "
+                f"{grid_minimum(config)} points; raise --budget-epochs or leave grid out"
+            )
+        budget = budget or max(1, grid_trials)
+    if budget is None or budget < 1:
         raise ConfigError(f"--budget: must be >= 1, got {budget}")
     if repeats < 1:
         raise ConfigError(f"--repeats: must be >= 1, got {repeats}")
@@ -216,7 +238,9 @@ def plan_compare(
                 name=f"{config.study.name}-{strategy.label}-r{k}",
                 sampler=strategy.sampler,
                 seed=seed,
-                n_trials=budget,
+                n_trials=budget if budget_epochs is None or strategy.sampler == "grid" else None,
+                budget_epochs=budget_epochs,
+                budget_hours=None,
             )
             changes: dict[str, Any] = {"pruner": _pruner_settings(config, strategy.pruner)}
             if strategy.sampler == "grid" and grid is not None:
@@ -256,7 +280,7 @@ def run_studies(
         for i, (run, ref) in enumerate(zip(runs, refs, strict=True), start=1):
             where = f"[{i}/{len(runs)}] {run.strategy.label} repeat {run.repeat}/{repeats}"
             status = study_status(storage, ref)
-            if _finished(status) >= status["n_trials"]:
+            if _study_done(status):
                 print(f"{where}: {_describe(status)} (already done)", file=sys.stderr)
                 continue
             progress = _Progress(storage, ref, where)
@@ -267,7 +291,7 @@ def run_studies(
                 progress.stop()
             if code != 0:
                 return code
-            if _finished(study_status(storage, ref)) < ref.config.study.n_trials:
+            if not _study_done(study_status(storage, ref)):
                 # The workers stopped without finishing (SIGTERM: they handed their trials
                 # back); so does the comparison, instead of starting the next study.
                 return 130
@@ -281,13 +305,26 @@ def _finished(status: dict[str, Any]) -> int:
     return status["complete"] + status["pruned"] + status["failed"]
 
 
+def _study_done(status: dict[str, Any]) -> bool:
+    """Nothing runs, waits or sits paused, and the trial cap or the epoch budget is reached."""
+    if status["running"] or status["waiting"] or status["paused"]:
+        return False
+    if status["n_trials"] and _finished(status) >= status["n_trials"]:
+        return True
+    epochs = (status.get("budget") or {}).get("epochs")
+    return epochs is not None and epochs["left"] == 0
+
+
 def _describe(status: dict[str, Any]) -> str:
     best = status["best"]
     shown = "none yet" if best is None else f"{best['value']:.4g} (trial {best['number']})"
     pruned = f", {status['pruned']} pruned" if status["pruned"] else ""
     failed = f", {status['failed']} failed" if status["failed"] else ""
+    epochs = (status.get("budget") or {}).get("epochs")
+    spent = "" if epochs is None else f", {epochs['used']}/{epochs['budget']} epochs"
+    of = f"/{status['n_trials']}" if status["n_trials"] else ""
     return (
-        f"{_finished(status)}/{status['n_trials']} trials done{pruned}{failed}, "
+        f"{_finished(status)}{of} trials done{pruned}{failed}{spent}, "
         f"best {status['metric']} {shown}"
     )
 
@@ -391,10 +428,13 @@ class CompareRequest:
     config: StudyConfig
     strategies: tuple[Strategy, ...]
     budget: int
+    """Trials per study (the grid's, with `budget_epochs`)."""
     repeats: int
     out_dir: Path
     target: float | None
     """The score counted as reached for "epochs to target"; None: the pooled quantile rule."""
+    budget_epochs: int | None = None
+    """Epochs per study (equal compute), pruned trials' included; None: a budget in trials."""
 
 
 def compare_command(
@@ -415,7 +455,19 @@ def compare_command(
 
     config = load_config(args.config)
     strategies = parse_strategies(args.samplers, args.pruners, config)
-    runs = plan_compare(config, strategies, args.budget, args.repeats)
+    budget_epochs = getattr(args, "budget_epochs", None)
+    pruning = [s.label for s in strategies if s.pruner != "none"]
+    if budget_epochs is None and pruning:
+        # Pruning saves epochs; at a budget in trials it could not spend them on more
+        # configurations. Strategies are compared at the compute of --budget full trials.
+        budget_epochs = args.budget * config.task.epochs
+        print(
+            f"compare: {', '.join(pruning)} prune: every strategy gets the same compute, "
+            f"{args.budget} trials x {config.task.epochs} epochs = {budget_epochs} epochs",
+            file=sys.stderr,
+        )
+    runs = plan_compare(config, strategies, args.budget, args.repeats, budget_epochs=budget_epochs)
+    budget = args.budget or max(1, (budget_epochs or 0) // config.task.epochs)
     out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir}: exists and is not a directory")
@@ -426,8 +478,9 @@ def compare_command(
     finally:
         storage.close()
     logs = out_dir / "logs"
+    per_study = f"{budget_epochs} epochs" if budget_epochs else f"{budget} trials"
     print(
-        f"compare: {len(strategies)} strategies x {args.repeats} repeats of {args.budget} trials "
+        f"compare: {len(strategies)} strategies x {args.repeats} repeats of {per_study} "
         f"({len(runs)} studies named {config.study.name}-<strategy>-r<k>); worker logs in {logs}",
         file=sys.stderr,
     )
@@ -450,10 +503,11 @@ def compare_command(
         config_path=str(args.config),
         config=config,
         strategies=tuple(strategies),
-        budget=args.budget,
+        budget=budget or 0,
         repeats=args.repeats,
         out_dir=out_dir,
         target=args.target,
+        budget_epochs=budget_epochs,
     )
     storage = open_storage(url)
     try:

@@ -54,20 +54,24 @@ def return_epoch(storage: Storage, study_id: int) -> None:
         )
 
 
-def epochs_used(storage: Storage, study_id: int, conn: Any = None) -> int:
+def epochs_used(storage: Storage | None, study_id: int, conn: Any = None) -> int:
     """Epochs the fleet trained (or is training) so far; 0 for a study without a counter."""
     statement = sa.select(study_budgets.c.epochs_used).where(study_budgets.c.study_id == study_id)
     if conn is not None:
         return conn.execute(statement).scalar() or 0
+    assert storage is not None
     with storage.autocommit() as c:
         return c.execute(statement).scalar() or 0
 
 
-def first_start(storage: Storage, study_id: int, conn: Any = None) -> datetime.datetime | None:
+def first_start(
+    storage: Storage | None, study_id: int, conn: Any = None
+) -> datetime.datetime | None:
     """When the study's first trial started (naive UTC, as Optuna stores it), or None."""
     statement = sa.select(sa.func.min(trials.c.datetime_start)).where(trials.c.study_id == study_id)
     if conn is not None:
         return conn.execute(statement).scalar()
+    assert storage is not None
     with storage.autocommit() as c:
         return c.execute(statement).scalar()
 

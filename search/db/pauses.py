@@ -29,8 +29,10 @@ from search.db.storage import Storage
 from search.db.tables import (
     trial_intermediate_values,
     trial_leases,
+    trial_params,
     trial_rungs,
     trial_system_attributes,
+    trial_user_attributes,
     trial_values,
     trials,
     value_kind,
@@ -130,20 +132,25 @@ def _claim_paused(
     return Claim(trial_id, started.number, study_id, worker_id, generation)
 
 
-def end_waiting(storage: Storage, study_id: int, reason: str) -> list[int]:
-    """End every trial of the study still WAITING (paused, or queued when the study ended):
-    PRUNED with its last reported value (without one if it reported none). Returns their
-    numbers. A trial a worker claims meanwhile is left to that worker."""
+def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int], list[int]]:
+    """End every trial of the study still WAITING when the study ends: one that started
+    (paused, or handed back) ends PRUNED with its last reported value; one that was queued
+    and never started is removed (sampled ahead, it was never part of the search). Returns
+    the numbers of both. A trial a worker claims meanwhile is left to that worker."""
     t, iv = trials, trial_intermediate_values
     ended: list[int] = []
+    removed: list[int] = []
     with storage.transaction() as conn:
         waiting = conn.execute(
-            sa.select(t.c.trial_id, t.c.number).where(
+            sa.select(t.c.trial_id, t.c.number, t.c.datetime_start).where(
                 t.c.study_id == study_id, t.c.state == "WAITING"
             )
         ).all()
         done = utcnow_naive()
-        for trial_id, number in waiting:
+        for trial_id, number, started in waiting:
+            if started is None and _remove_unstarted(conn, trial_id):
+                removed.append(number)
+                continue
             changed = conn.execute(
                 sa.update(t)
                 .where(t.c.trial_id == trial_id, t.c.state == "WAITING")
@@ -182,7 +189,36 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> list[int]:
                 .values(paused=False)
             )
             ended.append(number)
-    return ended
+    return ended, removed
+
+
+def _remove_unstarted(conn: Connection, trial_id: int) -> bool:
+    """Delete a queued trial that never started, with its params and attributes."""
+    iv = trial_intermediate_values
+    if conn.execute(sa.select(iv.c.step).where(iv.c.trial_id == trial_id).limit(1)).first():
+        return False
+    # Lock the row first (a claim skips it, or has taken it: then it stays).
+    locked = conn.execute(
+        sa.update(trials)
+        .where(
+            trials.c.trial_id == trial_id,
+            trials.c.state == "WAITING",
+            trials.c.datetime_start.is_(None),
+        )
+        .values(state="WAITING")
+    ).rowcount
+    if locked != 1:
+        return False
+    for table in (
+        trial_params,
+        trial_system_attributes,
+        trial_user_attributes,
+        trial_values,
+        trial_leases,
+    ):
+        conn.execute(sa.delete(table).where(table.c.trial_id == trial_id))
+    conn.execute(sa.delete(trials).where(trials.c.trial_id == trial_id))
+    return True
 
 
 def _upsert_rung(

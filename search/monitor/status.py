@@ -6,6 +6,7 @@ so watching a study never slows its workers down.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import math
@@ -14,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from optuna.distributions import json_to_distribution
 
+from search.db.budget import epochs_used, first_start
 from search.db.liveness import live_workers_clause
 from search.db.statements import db_now
 from search.db.storage import Storage
@@ -21,13 +23,21 @@ from search.db.tables import (
     trial_intermediate_values,
     trial_leases,
     trial_params,
+    trial_rungs,
     trial_values,
     trials,
     workers,
 )
 from search.study.studies import StudyRef
 
-__all__ = ["best_trial", "format_best", "format_status", "study_status"]
+__all__ = [
+    "best_trial",
+    "finished_of",
+    "format_best",
+    "format_budget",
+    "format_status",
+    "study_status",
+]
 
 
 def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
@@ -60,6 +70,14 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
                 workers.c.study_id == study.study_id, live_workers_clause(dialect)
             )
         ).scalar_one()
+        paused = 0
+        if config.pruner.pauses:
+            paused = conn.execute(
+                sa.select(sa.func.count()).where(
+                    trial_rungs.c.study_id == study.study_id, trial_rungs.c.paused.is_(True)
+                )
+            ).scalar_one()
+        budget = _budget(conn, study)
     return {
         "study": study.name,
         "direction": config.study.direction,
@@ -69,7 +87,9 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
         "pruned": counts.get("PRUNED", 0),
         "failed": counts.get("FAIL", 0),
         "running": counts.get("RUNNING", 0),
-        "waiting": counts.get("WAITING", 0),
+        "waiting": counts.get("WAITING", 0) - paused,
+        "paused": paused,
+        "budget": budget,
         "best": None
         if best is None
         else {"number": best.number, "value": float(best.value), "params": params},
@@ -90,6 +110,53 @@ def study_status(storage: Storage, study: StudyRef) -> dict[str, Any]:
     }
 
 
+def _budget(conn: Any, study: StudyRef) -> dict[str, Any] | None:
+    """{"epochs": {budget, used, left}, "hours": {budget, used, left}} for the budgets the
+    study has (None: it has none)."""
+    s = study.config.study
+    if not s.has_budget:
+        return None
+    out: dict[str, Any] = {}
+    if s.budget_epochs is not None:
+        used = epochs_used(None, study.study_id, conn)
+        out["epochs"] = {
+            "budget": s.budget_epochs,
+            "used": used,
+            "left": max(0, s.budget_epochs - used),
+        }
+    if s.budget_hours is not None:
+        start = first_start(None, study.study_id, conn)
+        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        hours = 0.0 if start is None else (now - start).total_seconds() / 3600
+        out["hours"] = {
+            "budget": s.budget_hours,
+            "used": round(hours, 4),
+            "left": round(max(0.0, s.budget_hours - hours), 4),
+        }
+    return out
+
+
+def format_budget(status: dict[str, Any]) -> str | None:
+    """'  budget: 340/5000 epochs (4660 left), 0.52/12 h (11.48 left)', or None."""
+    budget = status.get("budget")
+    if not budget:
+        return None
+    parts = []
+    if "epochs" in budget:
+        e = budget["epochs"]
+        parts.append(f"{e['used']}/{e['budget']} epochs ({e['left']} left)")
+    if "hours" in budget:
+        h = budget["hours"]
+        parts.append(f"{h['used']:.2f}/{h['budget']:g} h ({h['left']:.2f} left)")
+    return "  budget: " + ", ".join(parts)
+
+
+def finished_of(status: dict[str, Any]) -> str:
+    """'12/30 finished', or '12 finished' for a study without n_trials (a budget ends it)."""
+    done = status["complete"] + status["pruned"] + status["failed"]
+    return f"{done}/{status['n_trials']} finished" if status["n_trials"] else f"{done} finished"
+
+
 def best_trial(storage: Storage, study: StudyRef) -> tuple[int, float] | None:
     """(number, value) of the best complete trial so far, or None."""
     with storage.autocommit() as conn:
@@ -100,15 +167,17 @@ def best_trial(storage: Storage, study: StudyRef) -> tuple[int, float] | None:
 
 
 def format_status(status: dict[str, Any]) -> str:
-    done = status["complete"] + status["pruned"] + status["failed"]
     lines = [
-        f"study {status['study']}: {done}/{status['n_trials']} finished "
+        f"study {status['study']}: {finished_of(status)} "
         f"({status['metric']}, {status['direction']})",
         f"  complete {status['complete']}  pruned {status['pruned']}  failed {status['failed']}  "
         f"running {status['running']}  waiting {status['waiting']}  "
-        f"live workers {status['live_workers']}",
+        f"paused {status['paused']}  live workers {status['live_workers']}",
         format_best(status),
     ]
+    budget = format_budget(status)
+    if budget:
+        lines.insert(2, budget)
     if status["running_trials"]:
         lines.append("  running:")
         lines.append(f"    {'trial':>5}  {'epoch':>5}  {'for':>8}  worker")

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from search.db.storage import Storage, is_transient
 from search.errors import first_line
-from search.monitor.status import study_status
+from search.monitor.status import finished_of, format_budget, study_status
 from search.study.studies import StudyRef
 
 __all__ = ["DEFAULT_INTERVAL_S", "format_live", "watch"]
@@ -61,18 +61,21 @@ def watch(
 
 def format_live(status: dict[str, Any]) -> list[str]:
     """The table's lines: counts, the best so far, the running trials."""
-    done = status["complete"] + status["pruned"] + status["failed"]
     best = status["best"]
     lines = [
-        f"study {status['study']}: {done}/{status['n_trials']} finished "
+        f"study {status['study']}: {finished_of(status)} "
         f"({status['metric']}, {status['direction']})",
         f"  complete {status['complete']}  pruned {status['pruned']}  "
         f"failed {status['failed']}  running {status['running']}  "
-        f"waiting {status['waiting']}  live workers {status['live_workers']}",
+        f"waiting {status['waiting']}  paused {status['paused']}  "
+        f"live workers {status['live_workers']}",
         "  best so far: none yet"
         if best is None
         else f"  best so far: trial {best['number']}  {status['metric']} {_score(best['value'])}",
     ]
+    budget = format_budget(status)
+    if budget:
+        lines.insert(2, budget)
     if status["running_trials"]:
         lines.append(f"  {'trial':>5}  {'epoch':>5}  {'last score':>10}  {'heartbeat':>9}  worker")
         for r in status["running_trials"]:
@@ -96,7 +99,12 @@ def _score(value: float) -> str:
 
 def _finished(status: dict[str, Any]) -> bool:
     done = status["complete"] + status["pruned"] + status["failed"]
-    return done >= status["n_trials"] and status["running"] == 0
+    if status["running"] or status["waiting"] or status["paused"]:
+        return False
+    if status["n_trials"] and done >= status["n_trials"]:
+        return True
+    budget = status.get("budget") or {}
+    return done > 0 and any(b["left"] <= 0 for b in budget.values())
 
 
 class _TerminalView:

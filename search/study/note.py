@@ -54,11 +54,35 @@ def study_note(study: StudyRef, storage: Storage, argv: Sequence[str]) -> str:
         f"## {study.name}\n\n"
         f"Created by `{command_line(argv)}` on {socket.gethostname()}, {when}.\n\n"
         f"Storage: `{storage.safe_url}`. Metric: `{s.metric}` ({s.direction}), "
-        f"{s.n_trials} trials, sampler `{s.sampler}`, pruner `{study.config.pruner.type}`. "
+        f"{_limits(study)}, sampler `{s.sampler}`, pruner `{study.config.pruner.type}`. "
         "Each trial's user attributes say what made it (host, device, code version) and, "
         "for a trial that continued another worker's work, `resumed_from`.\n\n"
+        f"{_pausing(study)}"
         "### Config\n\n"
         f"```toml\n{config_toml(study.config)}```\n"
+    )
+
+
+def _limits(study: StudyRef) -> str:
+    """'30 trials', 'budget 5000 epochs, 12 h', or both: whichever is reached first."""
+    s = study.config.study
+    parts = [] if s.n_trials is None else [f"{s.n_trials} trials"]
+    if s.budget_epochs is not None:
+        parts.append(f"budget {s.budget_epochs} epochs")
+    if s.budget_hours is not None:
+        parts.append(f"budget {s.budget_hours:g} h")
+    return " or ".join(parts) + (" (whichever comes first)" if len(parts) > 1 else "")
+
+
+def _pausing(study: StudyRef) -> str:
+    if not study.config.pruner.pauses:
+        return ""
+    return (
+        "Promotion-based ASHA: a trial pauses at each rung and is resumed (on any worker) "
+        "once it ranks in the top 1/reduction_factor there. **A paused trial shows as WAITING "
+        "here**, with the system attribute `hpsearch:paused_at` (its rung, in epochs); "
+        "`hpsearch status --study NAME` counts paused trials and shows the budget used and "
+        "left. When the study ends, paused trials end PRUNED with their last value.\n\n"
     )
 
 

@@ -322,12 +322,19 @@ class Worker:
         return self._end_waiting("n_trials")
 
     def _end_waiting(self, why: str) -> str:
-        ended = pauses.end_waiting(self.storage, self.study.study_id, why)
+        ended, removed = pauses.end_waiting(self.storage, self.study.study_id, why)
+        over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:
             logger.info(
                 "study over (%s): trials %s end PRUNED with their last value",
-                "budget spent" if why == "budget" else "no trial left to start or promote",
+                over,
                 ", ".join(map(str, ended)),
+            )
+        if removed:
+            logger.info(
+                "study over (%s): %d queued trials that never started are removed",
+                over,
+                len(removed),
             )
         return "done"
 

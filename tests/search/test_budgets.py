@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections import Counter
@@ -10,6 +11,7 @@ from typing import Any
 import optuna
 import pytest
 
+from search.commands.cli import main as hpsearch
 from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
@@ -182,3 +184,28 @@ def test_a_run_trial_function_sees_why_it_was_stopped(storage_url: str, study_na
     reasons = {reason for _, _, reason in seen}
     assert "paused" in reasons
     assert epochs_used(storage_url, open_study(storage, study_name).study_id) <= 12
+
+
+def test_status_shows_paused_trials_and_the_budget_used_and_left(
+    storage_url: str, study_name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    storage = open_storage(storage_url, create=True)
+    create_study(storage, make_config(study_name, ASHA, budget_epochs=50))
+
+    def pause_then_leave(run: TrialRun) -> TrialOutcome:
+        outcome = curve(run, 0.0)
+        if run.stop_reason == "paused":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return outcome
+
+    assert run_one_worker(storage_url, study_name, pause_then_leave) == 0
+    capsys.readouterr()
+    assert hpsearch(["status", "--study", study_name, "--storage", storage_url, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["paused"] == 1 and status["running"] == 0  # queued trials are "waiting"
+    assert status["n_trials"] is None
+    assert status["budget"] == {"epochs": {"budget": 50, "used": 1, "left": 49}}
+    assert hpsearch(["status", "--study", study_name, "--storage", storage_url]) == 0
+    text = capsys.readouterr().out
+    assert "paused 1" in text and "budget: 1/50 epochs (49 left)" in text
+    assert f"study {study_name}: 0 finished" in text

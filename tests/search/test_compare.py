@@ -145,6 +145,32 @@ def test_compare_summary_is_what_the_studies_hold(
     assert page.count('src="data:image/png;base64,') == 4 and page.count("src=") == 4
 
 
+def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
+    storage_url: str, tmp_path: Path, study_name: str
+) -> None:
+    """--budget-epochs: every strategy trains the same epochs, pruned and paused trials'
+    included; asha spends what it saves on more trials."""
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(name=study_name).replace("epochs = 2", "epochs = 3"))
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--pruners", "none,asha"]
+    argv += ["--budget-epochs", "15", "--repeats", "1", "--out", str(out)]
+    assert main([*argv, "--storage", storage_url]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["budget_epochs"] == 15
+    trials = {}
+    for label in ("random", "random-asha"):
+        s = summary["strategies"][label]
+        assert s["epochs_trained"] == [15]  # exactly the budget, never more
+        (name,) = s["studies"]
+        found = optuna.load_study(study_name=name, storage=storage_url).get_trials()
+        assert {t.state.name for t in found} <= {"COMPLETE", "PRUNED"}
+        trials[label] = len(found)
+    assert trials["random"] == 5  # 15 epochs of 3-epoch trials
+    assert trials["random-asha"] > trials["random"]
+    assert "equal compute: a budget of 15 epochs" in (out / "report.md").read_text()
+
+
 def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None:
     """16 workers (threads, each with its own connections) race for a compare grid of 36
     points: 36 trials, every grid point once."""
@@ -188,6 +214,9 @@ def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None
         (["--samplers", "grid,bogus", "--budget", "4"], "--samplers: unknown value 'bogus'"),
         (["--samplers", "grid,random", "--budget", "3"], "below the grid's minimum of 4"),
         (["--budget", "4", "--repeats", "0"], "--repeats: must be >= 1"),
+        (["--budget", "4", "--budget-epochs", "8"], "not allowed with argument"),
+        (["--samplers", "grid", "--budget-epochs", "6"], "below the grid's minimum of 4"),
+        (["--pruners", "none,bohb", "--budget", "4"], "--pruners: unknown value 'bohb'"),
     ],
 )
 def test_bad_input_is_exit_2_and_writes_nothing(
