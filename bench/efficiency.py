@@ -489,6 +489,28 @@ def _run_job_quiet(job: Job) -> tuple[Job, Run]:
 # -- the whole benchmark -------------------------------------------------------------------------
 
 
+def _cache_key(job: Job) -> str:
+    return f"{job.benchmark}/{job.instance}/{job.strategy}/{job.seed}/{job.budget}/{job.workers}"
+
+
+def _read_cache(path: str | None) -> dict[str, Run]:
+    out: dict[str, Run] = {}
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                row = json.loads(line)
+                run = Run([tuple(f) for f in row["finished"]], row["epochs"], row["extra"])
+                out[row["key"]] = run
+    return out
+
+
+def _append_cache(path: str | None, job: Job, run: Run) -> None:
+    if path:
+        row = {"key": _cache_key(job), "finished": run.finished, "epochs": run.epochs}
+        with open(path, "a") as fh:
+            fh.write(json.dumps({**row, "extra": run.extra}) + "\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmark", choices=("lcbench", "digits"), default="lcbench")
@@ -506,6 +528,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="YAHPO data (default $YAHPO_DATA, else ../shared/bench-data/yahpo_data)",
     )
     parser.add_argument("--storage", default=None, help="default: SQLite in a temporary directory")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="a JSON-lines file: every finished study is appended; studies found there are "
+        "not run again (an interrupted run resumes; --report-only summarizes it)",
+    )
+    parser.add_argument("--report-only", action="store_true", help="only summarize --cache")
     parser.add_argument(
         "--reference",
         default=None,
@@ -565,21 +594,34 @@ def main(argv: list[str] | None = None) -> int:
             args.storage,
             args.time_scale,
         )
+        # Seed by seed: an interrupted run has as many seeds of every strategy (--cache).
+        for seed in range(args.seeds)
         for instance in instances
         for strategy in strategies
-        for seed in range(args.seeds)
     ]
     n_jobs = args.jobs or (1 if args.workers > 1 or args.storage else os.cpu_count() or 1)
     started = time.monotonic()
     load_before = os.getloadavg()
     results: dict[tuple[str, str], list[Run]] = {}
-    pool = mp.get_context("spawn").Pool(n_jobs) if n_jobs > 1 else None
+    cached = _read_cache(args.cache)
+    todo = []
+    for job in jobs:
+        run = cached.get(_cache_key(job))
+        if run is not None:
+            results.setdefault((job.instance, job.strategy), []).append(run)
+        elif not args.report_only:
+            todo.append(job)
+    if args.report_only:
+        strategies = [s for s in strategies if any((i, s) in results for i in instances)]
+        instances = [i for i in instances if (i, "random") in results or reference]
+    pool = mp.get_context("spawn").Pool(n_jobs) if n_jobs > 1 and todo else None
     try:
-        mapped = pool.imap_unordered(_run_job_quiet, jobs) if pool else map(_run_job_quiet, jobs)
+        mapped = pool.imap_unordered(_run_job_quiet, todo) if pool else map(_run_job_quiet, todo)
         for i, (job, run) in enumerate(mapped, start=1):
             results.setdefault((job.instance, job.strategy), []).append(run)
+            _append_cache(args.cache, job, run)
             print(
-                f"[{i}/{len(jobs)}] {job.instance} {job.strategy} seed {job.seed}: final "
+                f"[{i}/{len(todo)}] {job.instance} {job.strategy} seed {job.seed}: final "
                 f"{run.final:.2f}, {run.epochs} epochs, {run.extra.get('trials')} trials, "
                 f"{run.extra['wall_s']:.1f} s",
                 file=sys.stderr,
@@ -626,7 +668,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for strategy in strategies:
-            runs = results[(instance, strategy)]
+            runs = results.get((instance, strategy))
+            if not runs:
+                continue
             s = summarize(runs, budget, target)
             s["trials_mean"] = sum(r.extra.get("trials", 0) for r in runs) / len(runs)
             s["finals"] = [r.final for r in runs]
