@@ -265,8 +265,11 @@ class DigitsTrial:
 
         inner = run.report
         last: dict[str, Any] = {}
+        before = set(run.reported)  # a resumed run re-reports the epoch it resumes after
 
         def report(epoch: int, value: float) -> bool:
+            if epoch in before:
+                return inner(epoch, value)
             if self.budget is not None and not self.budget.take():
                 self.stop_worker()
                 return True
