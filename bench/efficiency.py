@@ -575,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         strategies.insert(0, "random")  # the reference
     instances = ["digits"] if digits else args.instances.split(",")
     data = args.data or os.environ.get("YAHPO_DATA")
-    if not digits:
+    if not digits and not args.report_only:
         from bench.lcbench import LCBench, default_data_dir
 
         data = data or str(default_data_dir())
@@ -621,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mapped = pool.imap_unordered(_run_job_quiet, todo) if pool else map(_run_job_quiet, todo)
         for i, (job, run) in enumerate(mapped, start=1):
+            run.extra["seed"] = job.seed
             results.setdefault((job.instance, job.strategy), []).append(run)
             _append_cache(args.cache, job, run)
             print(
@@ -677,6 +678,7 @@ def main(argv: list[str] | None = None) -> int:
             s = summarize(runs, budget, target)
             s["trials_mean"] = sum(r.extra.get("trials", 0) for r in runs) / len(runs)
             s["finals"] = [r.final for r in runs]
+            s["seed_list"] = sorted(r.extra.get("seed", -1) for r in runs)
             table[strategy] = s
             sp = f"{s['speedup']:.1f}x" if s["speedup"] else "not reached"
             lo, hi = s["speedup_ci90"]
