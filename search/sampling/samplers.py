@@ -28,6 +28,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search.sampling.multifidelity import across_fidelities
 from search.study.config import StudyConfig
 from search.study.space import CategoricalParam, FloatParam, Param
 
@@ -106,12 +107,13 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
         if name == "tpe":
             # Constant liar: running trials count as bad results, so parallel workers spread
             # out instead of piling onto the current best point.
-            return optuna.samplers.TPESampler(
+            tpe = optuna.samplers.TPESampler(
                 multivariate=True,
                 constant_liar=True,
                 seed=seed,
                 n_startup_trials=STARTUP_TRIALS["tpe"],
             )
+            return across_fidelities(config, tpe)
         # Grid and QMC walk one sequence (a shuffled grid, a scrambled Sobol sequence) indexed
         # by trial number or a counter in the study: every process must use the same seed.
         if name == "grid":
@@ -131,9 +133,10 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
                 warn_independent_sampling=False,
             )
         if name == "gp":
-            return optuna.samplers.GPSampler(
+            gp = optuna.samplers.GPSampler(
                 seed=seed,
                 n_startup_trials=STARTUP_TRIALS["gp"],
                 warn_independent_sampling=False,
             )
+            return across_fidelities(config, gp)
     raise ValueError(f"unknown sampler {name!r}")  # the config was validated: unreachable

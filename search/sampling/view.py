@@ -49,6 +49,7 @@ from search.db.trial_changes import (
 )
 from search.db.trial_rows import SampledTrial
 from search.pruning.pruners import make_pruner
+from search.sampling.multifidelity import uses_fidelities
 from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
 
@@ -71,6 +72,9 @@ class StudyMirror(StudyFactsStorage):
         self._sorted: list[FrozenTrial] | None = None
         self._cursor = ChangeCursor(study.study_id)
         self._distributions: dict[str, BaseDistribution] = {}  # JSON -> parsed, parsed once
+        self.all_curves = uses_fidelities(study.config)
+        """Every trial's reports, running and paused trials' kept up to date, for samplers that
+        learn across fidelities (search.sampling.multifidelity)."""
 
     # -- the mirror -----------------------------------------------------------------------------
 
@@ -79,8 +83,9 @@ class StudyMirror(StudyFactsStorage):
         with self._storage.read() as conn:
             rows = read_changed_trials(conn, self._cursor)
             changed = [r for r in rows if self._changed(r.trial_id, r.state)]
+            grown = self._refresh_curves(conn, changed) if self.all_curves else 0
             if not changed:
-                return 0
+                return grown
             ids = [r.trial_id for r in changed]
             params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
             for trial_id, name, value, dist_json in read_params(conn, ids):
@@ -92,15 +97,23 @@ class StudyMirror(StudyFactsStorage):
             for trial_id, key, value_json in read_system_attrs(conn, ids):
                 attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
             finished = [r.trial_id for r in changed if STATES[r.state].is_finished()]
+            unfinished_ids = [r.trial_id for r in changed if not STATES[r.state].is_finished()]
             values_of: dict[int, float] = {}
             curves: dict[int, dict[int, float]] = {}
             if finished:
                 for trial_id, value, kind in read_values(conn, finished):
                     values_of[trial_id] = stored_float(value, kind)
-                pruned = [r.trial_id for r in changed if r.state == "PRUNED"]
+                pruned = [
+                    r.trial_id
+                    for r in changed
+                    if r.state == "PRUNED" or (self.all_curves and r.state == "COMPLETE")
+                ]
                 if pruned:
                     for trial_id, step, value, kind in read_curves(conn, pruned):
                         curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+            if self.all_curves and unfinished_ids:  # resumed or paused trials have reports
+                for trial_id, step, value, kind in read_curves(conn, unfinished_ids):
+                    curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
         for r in changed:
             values, dists = params.get(r.trial_id, ({}, {}))
             state = STATES[r.state]
@@ -122,6 +135,25 @@ class StudyMirror(StudyFactsStorage):
             self._cursor.saw(r.trial_id, state)
         self._sorted = None
         return len(changed)
+
+    def _refresh_curves(self, conn: Any, changed: Sequence[Any]) -> int:
+        """Read the reports of the unfinished trials (running, queued, paused) that are not
+        re-read whole; returns how many have new reports."""
+        ids = sorted(self._cursor.unfinished - {r.trial_id for r in changed})
+        if not ids:
+            return 0
+        curves: dict[int, dict[int, float]] = {}
+        for trial_id, step, value, kind in read_curves(conn, ids):
+            curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+        grown = 0
+        for trial_id, curve in curves.items():
+            trial = self._trials.get(trial_id)
+            if trial is not None and curve != trial.intermediate_values:
+                trial.intermediate_values = curve
+                grown += 1
+        if grown:
+            self._sorted = None
+        return grown
 
     def new_trial(self, number: int) -> int:
         """A trial to sample into, held here (RUNNING) until `take_sampled`; its provisional id."""
@@ -158,7 +190,11 @@ class StudyMirror(StudyFactsStorage):
             study_name=self._study.name,
             storage=self,
             sampler=sampler,
-            pruner=make_pruner(self._study.config),
+            # Optuna's Hyperband shows a trial's sampler only its bracket's trials; samplers
+            # that learn across fidelities see every trial.
+            pruner=optuna.pruners.NopPruner()
+            if self.all_curves
+            else make_pruner(self._study.config),
         )
 
     def _changed(self, trial_id: int, state: str) -> bool:

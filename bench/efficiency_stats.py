@@ -1,0 +1,118 @@
+"""The statistics of bench/efficiency.py: incumbents against epochs, speedup, bootstrap CI.
+
+A run (one study, one seed) is its list of fully trained trials, each as (the study's cumulative
+trained epochs when it finished, its value), and the epochs it spent. Its incumbent at epoch e is
+the best value among the trials finished by then (-inf before the first). Over the seeds of a
+strategy, the mean incumbent at e is defined once every seed has finished a trial.
+
+speedup = budget / the first epoch at which the strategy's mean incumbent reaches the target
+(random search's mean final value in the same run); None if it never does. Its confidence
+interval resamples the strategy's seeds with replacement (the target stays fixed); a resample
+that never reaches the target counts as speedup 0.
+
+Example::
+
+    >>> runs = [Run([(100, 0.8), (300, 0.9)], 400), Run([(200, 0.85)], 400)]
+    >>> incumbents(runs, 400)[:, [99, 199, 299]].tolist()
+    [[0.8, 0.8, 0.9], [-inf, 0.85, 0.85]]
+    >>> round(speedup(runs, 400, target=0.85), 2)  # the mean reaches 0.85 at epoch 300
+    1.33
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Run", "epochs_to", "incumbents", "speedup", "speedup_ci", "summarize"]
+
+
+@dataclass
+class Run:
+    """One study: its fully trained trials as (cumulative epochs at their end, value), and the
+    epochs it trained in all."""
+
+    finished: list[tuple[int, float]]
+    epochs: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def final(self) -> float:
+        return max((v for _, v in self.finished), default=-math.inf)
+
+
+def incumbents(runs: Sequence[Run], budget: int) -> np.ndarray:
+    """[seed, e - 1] -> best value finished by epoch e (maximized; -inf before any)."""
+    out = np.full((len(runs), budget), -np.inf)
+    for i, run in enumerate(runs):
+        for at, value in run.finished:
+            at = max(1, min(at, budget))
+            out[i, at - 1] = max(out[i, at - 1], value)
+        np.maximum.accumulate(out[i], out=out[i])
+    return out
+
+
+def _first_reach(mean: np.ndarray, target: float) -> int | None:
+    hits = np.nonzero(mean >= target)[0]
+    return int(hits[0]) + 1 if len(hits) else None
+
+
+def speedup(runs: Sequence[Run], budget: int, target: float) -> float | None:
+    """budget / the first epoch at which the mean incumbent reaches `target` (None: never)."""
+    first = _first_reach(incumbents(runs, budget).mean(axis=0), target)
+    return budget / first if first else None
+
+
+def speedup_ci(
+    runs: Sequence[Run],
+    budget: int,
+    target: float,
+    *,
+    n_boot: int = 2000,
+    level: float = 0.9,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """A percentile bootstrap interval of `speedup` over the seeds (0: never reached)."""
+    curves = incumbents(runs, budget)
+    rng = np.random.default_rng(seed)
+    n = len(runs)
+    values = np.empty(n_boot)
+    for start in range(0, n_boot, 200):
+        idx = rng.integers(0, n, size=(min(200, n_boot - start), n))
+        means = curves[idx].mean(axis=1)  # [boot, budget]
+        reached = means >= target
+        first = np.where(reached.any(axis=1), reached.argmax(axis=1) + 1, 0)
+        values[start : start + len(first)] = np.where(first > 0, budget / np.maximum(first, 1), 0)
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def epochs_to(run: Run, target: float) -> float:
+    """The run's cumulative epochs when a trial first reached `target` (inf: never)."""
+    hits = [at for at, value in run.finished if value >= target]
+    return float(min(hits)) if hits else math.inf
+
+
+def summarize(runs: Sequence[Run], budget: int, target: float) -> dict[str, Any]:
+    """One strategy's entry of the JSON: final mean and sd, speedup and its CI, seeds that
+    reached the target, median epochs to it (None when most seeds never did)."""
+    finals = [r.final for r in runs]
+    to = sorted(epochs_to(r, target) for r in runs)
+    median = statistics.median(to)
+    ci = speedup_ci(runs, budget, target)
+    return {
+        "seeds": len(runs),
+        "final_mean": statistics.fmean(finals),
+        "final_sd": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+        "speedup": speedup(runs, budget, target),
+        "speedup_ci90": list(ci),
+        "seeds_reached": sum(1 for t in to if math.isfinite(t)),
+        "median_epochs_to_target": median if math.isfinite(median) else None,
+        "epochs_mean": statistics.fmean(r.epochs for r in runs),
+        "fully_trained_mean": statistics.fmean(len(r.finished) for r in runs),
+    }

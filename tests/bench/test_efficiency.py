@@ -1,0 +1,83 @@
+"""bench/efficiency.py's pieces: its statistics, the LCBench surrogate, and a surrogate study
+through hpsearch's real path (workers, sampling, pruning, the database) on a tiny budget."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import optuna
+import pytest
+
+from bench.efficiency_stats import Run, epochs_to, incumbents, speedup, speedup_ci, summarize
+from bench.lcbench import EPOCHS, LCBench, default_data_dir
+
+DATA = default_data_dir()
+needs_data = pytest.mark.skipif(
+    importlib.util.find_spec("yahpo_gym") is None
+    or not (DATA / "lcbench" / "model.onnx").is_file(),
+    reason=f"needs pip install -e '.[bench]' and YAHPO's LCBench data in {DATA} (or $YAHPO_DATA)",
+)
+README_POINT = {
+    "batch_size": 64,
+    "learning_rate": 1e-3,
+    "max_dropout": 0.2,
+    "max_units": 256,
+    "momentum": 0.9,
+    "num_layers": 2,
+    "weight_decay": 1e-4,
+}
+
+
+def test_speedup_is_the_budget_over_the_first_epoch_the_mean_incumbent_reaches_the_target() -> None:
+    fast = [Run([(100, 0.80), (200, 0.95)], 1000), Run([(150, 0.90)], 1000)]
+    slow = [Run([(500, 0.90)], 1000), Run([(900, 0.92)], 1000)]
+    # fast: both seeds have a trial by 150 (mean 0.85); at 200 the mean is 0.925.
+    assert speedup(fast, 1000, target=0.9) == 1000 / 200
+    assert speedup(slow, 1000, target=0.9) == 1000 / 900
+    assert speedup(slow, 1000, target=0.95) is None
+    assert incumbents(fast, 1000)[1, 98] == -math.inf  # before its first full trial
+    lo, hi = speedup_ci(fast + fast, 1000, target=0.9, n_boot=400)
+    assert lo <= 5.0 <= hi
+    assert epochs_to(slow[1], 0.91) == 900 and epochs_to(slow[0], 0.95) == math.inf
+    summary = summarize(slow, 1000, target=0.95)
+    assert summary["seeds_reached"] == 0 and summary["median_epochs_to_target"] is None
+    assert summary["speedup"] is None and summary["speedup_ci90"] == [0.0, 0.0]
+    assert summary["final_mean"] == pytest.approx(0.91)
+
+
+@needs_data
+def test_lcbench_curve_is_the_surrogates_accuracy_and_runtime_per_trained_epoch() -> None:
+    bench = LCBench("189906", DATA)
+    curve = bench.curve(README_POINT)
+    assert len(curve.accuracy) == len(curve.seconds) == EPOCHS
+    assert all(0 < a <= 100 for a in curve.accuracy) and all(s > 0 for s in curve.seconds)
+    assert curve.accuracy[-1] > curve.accuracy[0]  # it learns
+    assert bench.curve(dict(README_POINT)) is curve  # cached
+    with pytest.raises(ValueError, match="unknown LCBench instance"):
+        LCBench("1", DATA)
+
+
+@needs_data
+def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(
+    storage_url: str, study_name: str, tmp_path
+) -> None:
+    from bench.efficiency import default_strategy, hpsearch_study, study_config
+
+    sampler, pruner = default_strategy()  # README's defaults
+    budget = 150
+    config = study_config(study_name, sampler, pruner, 0, budget, "lcbench")
+    run = hpsearch_study(storage_url, config, "lcbench", "189906", str(DATA), 1, 0.0, str(tmp_path))
+    assert run.epochs == budget  # the study spent its budget, not an epoch more
+    study = optuna.load_study(study_name=study_name, storage=storage_url)
+    trials = study.get_trials(deepcopy=False)
+    assert all(t.state.is_finished() for t in trials)
+    # Every epoch the trial function trained is a report in the database, and every trial
+    # trained to the end is a COMPLETE trial there with the surrogate's last value.
+    assert sum(len(t.intermediate_values) for t in trials) == budget
+    complete = sorted(t.value for t in trials if t.state.name == "COMPLETE")
+    assert complete == sorted(v for _, v in run.finished)
+    bench = LCBench("189906", DATA)
+    for t in trials:
+        if t.state.name == "COMPLETE":
+            assert t.value == pytest.approx(bench.curve(t.params).accuracy[-1])
