@@ -37,6 +37,7 @@ from search.db.tables import (
     trial_values,
     trials,
 )
+from search.db.trial_rows import lock_budget
 
 __all__ = [
     "RungRow",
@@ -264,10 +265,13 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int]
     (paused, or handed back) ends PRUNED with its last reported value; one that was queued
     and never started is removed (sampled ahead, it was never part of the search). Returns
     the numbers of both. A few statements for the whole study, in one transaction; a trial a
-    worker claims meanwhile is left to that worker (the updates lock the rows they change)."""
+    worker claims meanwhile is left to that worker (the updates lock the rows they change).
+    The budget's counter row is locked first: a trial sampled ahead concurrently is inserted
+    either before (and removed here) or after, when its insert finds the budget spent."""
     t, iv = trials, trial_intermediate_values
     with storage.transaction() as conn:
         dialect = conn.dialect.name
+        lock_budget(conn, study_id, exclusive=True)
         unstarted = conn.execute(
             sa.update(t)
             .where(

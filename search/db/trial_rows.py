@@ -18,6 +18,11 @@ Two ways in:
 
 Caveat (as Optuna's GridSampler notes for itself): trials created outside hpsearch (e.g. with
 plain ``study.enqueue_trial``) are run by hpsearch workers, but count towards `n_trials`.
+
+A study whose epoch budget is spent gets no new trial: the first two ways check the budget's
+counter in the transaction that inserts, under a lock on its row that the end of the study
+(`search.db.pauses.end_waiting`) takes too, so that a trial sampled ahead is either in before
+that cleanup (which removes it) or never inserted; none is left WAITING after the study's end.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from search.db.storage import Storage
 from search.db.tables import (
     FINISHED_STATES,
     sampling_locks,
+    study_budgets,
     trial_leases,
     trial_params,
     trial_rungs,
@@ -57,6 +63,7 @@ __all__ = [
     "create_trial",
     "enqueue_sampled",
     "insert_sampled_trials",
+    "lock_budget",
     "remove_unsampled",
     "sampling_lock",
 ]
@@ -146,10 +153,12 @@ def create_sampled_trials(
     study_id: int,
     params_for: Callable[[int], dict[str, tuple[float, str]]],
     how_many: Callable[[Counts, int], int],
+    budget_epochs: int | None = None,
 ) -> int:
     """Top the queue up with trials whose params need no history (random search), in one
     transaction on one connection: take the sampling lock for the transaction, count, insert
-    `how_many(counts, live workers)` WAITING trials with their params.
+    `how_many(counts, live workers)` WAITING trials with their params (none once the study's
+    `budget_epochs` are spent).
 
     `params_for`: trial number -> {name: (internal value, distribution JSON)}. Returns how many
     trials were created (0 if another process holds the sampling lock).
@@ -162,6 +171,8 @@ def create_sampled_trials(
                 sa.select(sa.func.pg_try_advisory_xact_lock(LOCK_CLASS, study_id))
             ).scalar_one()
         ):
+            return 0
+        if _budget_spent(conn, study_id, budget_epochs):
             return 0
         counts = _counts(conn, study_id)
         live = conn.execute(
@@ -197,13 +208,15 @@ def insert_sampled_trials(
     worker_id: str,
     sampled: Sequence[SampledTrial],
     n_trials: int,
+    budget_epochs: int | None = None,
 ) -> int:
     """Queue trials sampled in memory, in one transaction: WAITING rows numbered after the
     study's last, their params, and the system attributes their sampler set (TPE's relative
     params, CMA-ES's generation and optimizer state), as Optuna's storage would hold them.
 
     Call while holding the sampling lock: it is checked again here, under the lock row, and
-    never more trials are inserted than `n_trials` allows. Returns how many were inserted.
+    never more trials are inserted than `n_trials` allows, none once the study's
+    `budget_epochs` are spent. Returns how many were inserted.
     """
     if not sampled:
         return 0
@@ -213,6 +226,8 @@ def insert_sampled_trials(
             holder = holder.with_for_update()
         if conn.execute(holder).scalar() != worker_id:
             return 0  # declared dead meanwhile: another worker samples now
+        if _budget_spent(conn, study_id, budget_epochs):
+            return 0
         room = n_trials - _counts(conn, study_id).total
         params, attrs = [], []
         for trial in sampled[: max(0, room)]:
@@ -291,6 +306,23 @@ def remove_unsampled(storage: Storage, trial_id: int) -> None:
         conn.execute(
             sa.delete(trials).where(trials.c.trial_id == trial_id, trials.c.state == "RUNNING")
         )
+
+
+def lock_budget(conn: Connection, study_id: int, *, exclusive: bool) -> int | None:
+    """The study's epochs used (None: it has no budget counter), its counter row locked till
+    the end of the transaction on PostgreSQL (SQLite's BEGIN IMMEDIATE already serializes
+    writers): shared by inserts of new trials, exclusive for the end of the study."""
+    statement = sa.select(study_budgets.c.epochs_used).where(study_budgets.c.study_id == study_id)
+    if conn.dialect.name == "postgresql":
+        statement = statement.with_for_update(read=not exclusive)
+    return conn.execute(statement).scalar()
+
+
+def _budget_spent(conn: Connection, study_id: int, budget_epochs: int | None) -> bool:
+    if budget_epochs is None:
+        return False
+    used = lock_budget(conn, study_id, exclusive=False)
+    return used is not None and used >= budget_epochs
 
 
 def _counts(conn: Connection, study_id: int) -> Counts:

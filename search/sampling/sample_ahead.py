@@ -103,7 +103,11 @@ class TrialSampler:
             # No history needed: lock, count and insert in one transaction, one connection.
             self.optuna_study()  # loaded first: SQLite must not wait on its own transaction
             created = trial_rows.create_sampled_trials(
-                self.storage, study_id, self._random_params, how_many
+                self.storage,
+                study_id,
+                self._random_params,
+                how_many,
+                budget_epochs=self.config.study.budget_epochs,
             )
             return created > 0
         with trial_rows.sampling_lock(self.storage, study_id, self.worker_id) as got:
@@ -165,6 +169,7 @@ class TrialSampler:
             self.worker_id,
             mirror.take_sampled(),
             self.config.study.max_trials,
+            budget_epochs=self.config.study.budget_epochs,
         )
 
     def sample_params(self, trial_id: int, number: int, space: Sequence[Param]) -> dict[str, Any]:

@@ -84,6 +84,8 @@ SAMPLING_POLL_S = 0.1
 PRUNING_REFRESH_S = 1.0
 """Longest a running trial's view of the other trials' rung values may lag (it is refreshed in
 the background after each decision, and at least this often)."""
+SAMPLER_JOIN_S = 60.0
+"""How long a worker that ends the study (or leaves) waits for its sampler thread's insert."""
 SAMPLE_AHEAD_BELOW = 16
 """Samplers that do not learn from results (random, grid, QMC) refill the queue once fewer
 trials than this are left after a claim, in one batch, instead of one trial per claim."""
@@ -129,6 +131,7 @@ class Worker:
         self._lost = False  # the running trial was taken over
         self._pruner: Pruner | None = None
         self._sampler_thread: threading.Thread | None = None
+        self._sampling_over = False  # the study is ending: sample nothing more ahead
         self._db_down_since: float | None = None
         self._heartbeat_s = max(0.2, grace_s / 6)
         self._fenced = False  # the running trial was stopped here: no heartbeat got through
@@ -220,8 +223,7 @@ class Worker:
             self._reports.close()
             if self._pruner is not None:
                 self._pruner.close()
-            if self._sampler_thread is not None:
-                self._sampler_thread.join(timeout=30)
+            self._join_sampler()
             try:
                 if self._gone is None:  # else there is nothing left to write to
                     self._retry(
@@ -357,6 +359,11 @@ class Worker:
         return self._end_waiting("n_trials")
 
     def _end_waiting(self, why: str) -> str:
+        # This worker's sampler thread may still be inserting trials it sampled ahead: they
+        # must be in before the cleanup below, which removes them, not after it, where they
+        # would stay WAITING for ever (no worker is left to claim them).
+        self._sampling_over = True
+        self._join_sampler()
         ended, removed = pauses.end_waiting(self.storage, self.study.study_id, why)
         self._tracking.ended_by_study_end(ended)
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
@@ -695,11 +702,20 @@ class Worker:
 
     def _maybe_sample_ahead(self) -> None:
         """After a claim: if the queue is running low, refill it in the background."""
+        if self._sampling_over:
+            return  # the study is ending: nothing sampled now would be claimed
         if self._sampler_thread is not None and self._sampler_thread.is_alive():
             return
         thread = threading.Thread(target=self._sample_ahead_quietly, name="sampler", daemon=True)
         self._sampler_thread = thread
         thread.start()
+
+    def _join_sampler(self) -> None:
+        thread = self._sampler_thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout=SAMPLER_JOIN_S)
+            if thread.is_alive():
+                logger.warning("sampling ahead still runs after %.0f s", SAMPLER_JOIN_S)
 
     def _sample_ahead_quietly(self) -> None:
         try:

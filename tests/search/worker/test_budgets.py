@@ -7,6 +7,8 @@ import math
 import os
 import random
 import signal
+import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -15,10 +17,11 @@ import pytest
 import sqlalchemy as sa
 
 from search.commands.cli import main as hpsearch
-from search.db import pauses
+from search.db import budget, liveness, pauses
 from search.db.storage import open_storage
 from search.db.tables import trial_rungs
 from search.pruning.promotion import Paused, RungTable
+from search.sampling import sample_ahead
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
@@ -30,7 +33,7 @@ from tests.search.processes import query
 def make_config(name: str, pruner: dict[str, Any], **study: Any) -> Any:
     return parse_config(
         {
-            "study": {"name": name, "sampler": "random", **study},
+            "study": {"name": name, "sampler": "random"} | study,
             "pruner": pruner,
             "task": {"name": "digits", "epochs": 9},
             "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
@@ -281,3 +284,51 @@ def test_hyperband_with_promotion_runs_brackets_of_asha(storage_url: str, study_
     assert [tuple(r) for r in rows] == [(0, 1), (1, 3)]
     full = [t for t in trials if "hpsearch:paused_at" not in t.system_attrs]
     assert any(len(t.intermediate_values) == 9 for t in full)
+
+
+def test_no_trial_sampled_ahead_outlives_a_study_whose_budget_ends(
+    pg_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trials sampled ahead in the background while the budget runs out are not left WAITING
+    after the study's end (the race behind bench/efficiency.py's leftover WAITING trials: the
+    end-of-study cleanup ran before a sampler thread's insert)."""
+    suggest = sample_ahead.suggest
+
+    def slow_in_background(*args: Any) -> Any:
+        if threading.current_thread().name == "sampler":
+            time.sleep(0.5)  # TPE on a large study: the last trial ends meanwhile
+        return suggest(*args)
+
+    monkeypatch.setattr(sample_ahead, "suggest", slow_in_background)
+    storage = open_storage(pg_url)
+    ref, _ = create_study(storage, make_config(study_name, ASHA, sampler="tpe", budget_epochs=10))
+    assert run_one_worker(pg_url, study_name) == 0
+
+    trials = optuna.load_study(study_name=study_name, storage=pg_url).get_trials()
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}, Counter(
+        t.state.name for t in trials
+    )
+    assert epochs_used(pg_url, ref.study_id) == 10
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_no_trial_is_sampled_once_the_epoch_budget_is_spent(
+    storage_url: str, study_name: str, sampler: str
+) -> None:
+    """The insert itself checks the budget (another worker's cleanup may already be done)."""
+    storage = open_storage(storage_url)
+    ref, _ = create_study(storage, make_config(study_name, ASHA, sampler=sampler, budget_epochs=5))
+    before = len(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
+    worker_id = f"w-{study_name}"
+    top_up = sample_ahead.TrialSampler(storage, ref, worker_id).top_up
+    liveness.register(storage, liveness.WorkerInfo(worker_id, ref.study_id, "h", 1, "cpu", 60.0))
+    budget.ensure_counter(storage, ref.study_id)
+    assert budget.reserve_epochs(storage, ref.study_id, 5, 4) == 4
+    assert top_up(at_least=before + 2)  # budget left: trials are sampled ahead
+    during = len(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
+    assert during > before
+    assert budget.reserve_epochs(storage, ref.study_id, 5, 1) == 1  # the last epoch: spent
+    assert not top_up(at_least=during + 2)
+    after = len(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
+    assert after == during
+    storage.close()
