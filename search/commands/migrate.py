@@ -6,14 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-import sqlalchemy as sa
-
 from search.commands.common import add_storage_flags, artifacts_dir, storage_url
+from search.db.fleet import count_workers
 from search.db.liveness import live_workers
-from search.db.migrate import check_schema, current_revision, upgrade
+from search.db.migrate import check_schema, current_revision, table_count, upgrade
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles
 from search.db.storage import Storage, open_storage
-from search.db.tables import workers
 from search.errors import EXIT_OK
 from search.monitor.run_summary import artifacts_place
 from search.monitor.status import study_status
@@ -63,9 +61,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     storage = open_storage(storage_url(args), create=True)
     roles = RoleNames(args.worker_role, args.viewer_role)
     roles.check()
-    before, tables_before = current_revision(storage), _table_count(storage)
+    before, tables_before = current_revision(storage), table_count(storage)
     revision = upgrade(storage)
-    created = _table_count(storage) - tables_before
+    created = table_count(storage) - tables_before
     if before is None and tables_before == 0:
         done = f"created Optuna's schema and hpsearch's tables ({created} tables)"
     elif before != revision:
@@ -86,19 +84,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     elif args.create_roles:
         print("--create-roles: a SQLite file has no roles; nothing to do")
     return EXIT_OK
-
-
-def _table_count(storage: Storage) -> int:
-    """Tables in the database (every schema but the system's)."""
-    with storage.engine.connect() as conn:
-        if storage.is_postgres:
-            query = (
-                "SELECT count(*) FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
-                "AND table_schema NOT IN ('pg_catalog', 'information_schema')"
-            )
-        else:
-            query = "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
-        return int(conn.execute(sa.text(query)).scalar_one())
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -124,16 +109,11 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def _what_goes(storage: Storage, study: StudyRef, artifacts: str | None) -> str:
     """What deleting `study` removes, in words."""
     status = study_status(storage, study)
-    trials = sum(status[k] for k in ("complete", "pruned", "failed", "running", "waiting"))
-    with storage.read() as conn:
-        registered = conn.execute(
-            sa.select(sa.func.count()).where(workers.c.study_id == study.study_id)
-        ).scalar_one()
-    by_state = ", ".join(
-        f"{status[k]} {k}"
-        for k in ("complete", "pruned", "failed", "running", "waiting")
-        if status[k]
-    )
+    states = ("complete", "pruned", "failed", "running", "waiting", "paused")
+    counts = {k: getattr(status, k) for k in states}
+    trials = sum(counts.values())
+    registered = count_workers(storage, study.study_id)
+    by_state = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     return (
         f"study {study.name!r} from {storage.safe_url}: {trials} trials"
         f"{f' ({by_state})' if by_state else ''}, {registered} worker records, its leases and "

@@ -14,7 +14,15 @@ from search.db.statements import db_now
 from search.db.storage import Storage
 from search.db.tables import sampling_locks, studies, trial_leases, trials, workers
 
-__all__ = ["delete_study_rows", "read_workers"]
+__all__ = ["count_workers", "delete_study_rows", "read_workers"]
+
+
+def count_workers(storage: Storage, study_id: int) -> int:
+    """How many workers ever registered on the study (alive, lost or stopped)."""
+    with storage.read() as conn:
+        return conn.execute(
+            sa.select(sa.func.count()).where(workers.c.study_id == study_id)
+        ).scalar_one()
 
 
 def read_workers(storage: Storage, study_id: int | None) -> Sequence[Row[Any]]:

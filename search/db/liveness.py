@@ -31,6 +31,7 @@ __all__ = [
     "heartbeat",
     "live_workers",
     "live_workers_clause",
+    "live_workers_on_host",
     "reap",
     "register",
     "unregister",
@@ -186,4 +187,19 @@ def _silent_holders_statement(dialect: str) -> sa.Select:
 def _live_count_statement(dialect: str) -> sa.Select:
     return sa.select(sa.func.count()).where(
         workers.c.study_id == sa.bindparam("study"), live_workers_clause(dialect)
+    )
+
+
+def live_workers_on_host(storage: Storage, hostname: str) -> int:
+    """Live workers (of any study) registered with `hostname`."""
+    with storage.autocommit() as conn:
+        return conn.execute(
+            _on_host_statement(conn.dialect.name), {"host": hostname[:255]}
+        ).scalar_one()
+
+
+@functools.cache
+def _on_host_statement(dialect: str) -> sa.Select:
+    return sa.select(sa.func.count()).where(
+        workers.c.hostname == sa.bindparam("host"), live_workers_clause(dialect)
     )

@@ -36,6 +36,7 @@ __all__ = [
     "head_revision",
     "optuna_head_revision",
     "schema_for",
+    "table_count",
     "upgrade",
 ]
 
@@ -226,3 +227,16 @@ def _migrations_dir() -> Path:
     if not (MIGRATIONS_DIR / "env.py").exists():
         raise StorageError("hpsearch's migrations are missing from this installation")
     return MIGRATIONS_DIR
+
+
+def table_count(storage: Storage) -> int:
+    """Tables in the database (every schema but the system's)."""
+    with storage.engine.connect() as conn:
+        if storage.is_postgres:
+            query = (
+                "SELECT count(*) FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            )
+        else:
+            query = "SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+        return int(conn.execute(sa.text(query)).scalar_one())

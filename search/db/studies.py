@@ -3,6 +3,7 @@ the studies large enough to slow optuna-dashboard down."""
 
 from __future__ import annotations
 
+import datetime
 import functools
 from typing import Any
 
@@ -10,13 +11,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Row
 
 from search.db.storage import Storage
-from search.db.tables import studies, study_system_attributes, trials
+from search.db.tables import studies, study_system_attributes, trial_intermediate_values, trials
 
 __all__ = [
     "CONFIG_ATTR",
     "UID_ATTR",
     "find_study_row",
+    "hpsearch_study_names",
     "studies_with_more_trials_than",
+    "study_activity",
     "study_names",
 ]
 
@@ -40,6 +43,42 @@ def study_names(storage: Storage) -> list[str]:
             return list(conn.execute(sa.select(studies.c.study_name)).scalars())
     except sa.exc.DBAPIError:
         return []
+
+
+def hpsearch_study_names(storage: Storage) -> list[str]:
+    """The names of the studies hpsearch created (they hold its config), by name."""
+    with storage.read() as conn:
+        return list(
+            conn.execute(
+                sa.select(studies.c.study_name)
+                .join(
+                    study_system_attributes,
+                    sa.and_(
+                        study_system_attributes.c.study_id == studies.c.study_id,
+                        study_system_attributes.c.key == CONFIG_ATTR,
+                    ),
+                )
+                .order_by(studies.c.study_name)
+            ).scalars()
+        )
+
+
+def study_activity(storage: Storage, study_id: int) -> tuple[datetime.datetime | None, int]:
+    """When the study's last trial started or ended (None: no trial has), and the epochs its
+    trials reported (repeats after a resume included)."""
+    with storage.read() as conn:
+        started, finished = conn.execute(
+            sa.select(
+                sa.func.max(trials.c.datetime_start), sa.func.max(trials.c.datetime_complete)
+            ).where(trials.c.study_id == study_id)
+        ).one()
+        epochs = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(trial_intermediate_values.join(trials))
+            .where(trials.c.study_id == study_id)
+        ).scalar_one()
+    last = max((t for t in (started, finished) if t is not None), default=None)
+    return last, epochs
 
 
 def studies_with_more_trials_than(storage: Storage, limit: int) -> list[tuple[str, int]]:

@@ -11,18 +11,17 @@ what to run next.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from search.db.storage import Storage
-from search.monitor.status import format_best
+from search.monitor.status import StudyStatus, format_best
 
 __all__ = ["artifacts_place", "is_finished", "run_summary"]
 
 
-def is_finished(status: dict[str, Any]) -> bool:
-    """Every trial the study asks for has ended (COMPLETE, PRUNED or FAIL)."""
-    ended = status["complete"] + status["pruned"] + status["failed"]
-    return ended >= status["n_trials"] and status["running"] == 0 and status["waiting"] == 0
+def is_finished(status: StudyStatus) -> bool:
+    """The study is over: its trials (or its budget) are spent and nothing runs, waits or is
+    paused."""
+    return status.done
 
 
 def artifacts_place(storage: Storage, directory: str | None) -> str:
@@ -36,7 +35,7 @@ def artifacts_place(storage: Storage, directory: str | None) -> str:
 
 
 def run_summary(
-    status: dict[str, Any],
+    status: StudyStatus,
     storage: Storage,
     artifacts: str | None,
     *,
@@ -45,16 +44,17 @@ def run_summary(
 ) -> str:
     """The closing lines of `hpsearch run` (`already`: the study was finished before this run;
     `default_storage`: no --storage or $HPSEARCH_STORAGE, so the next commands need none)."""
-    name = status["study"]
-    ended = status["complete"] + status["pruned"] + status["failed"]
+    name = status.study
     counts = ", ".join(
-        f"{status[k]} {k}" for k in ("complete", "pruned", "failed") if status[k] or k == "complete"
+        f"{getattr(status, k)} {k}"
+        for k in ("complete", "pruned", "failed")
+        if getattr(status, k) or k == "complete"
     )
     state = "was already finished" if already else "finished" if is_finished(status) else "stopped"
     storage_flag = "" if default_storage else " --storage URL"
     study = shlex.quote(name)
     lines = [
-        f"study {name!r} {state}: {ended}/{status['n_trials']} trials ({counts})",
+        f"study {name!r} {state}: {status.finished_text.replace('finished', 'trials')} ({counts})",
         format_best(status),
         f"results: {storage.safe_url}; checkpoints and reports: "
         f"{artifacts_place(storage, artifacts)}",

@@ -7,59 +7,36 @@ import datetime
 import math
 from typing import Any
 
-import sqlalchemy as sa
-
 from search.db.storage import Storage
-from search.db.tables import studies, study_system_attributes, trial_intermediate_values, trials
+from search.db.studies import hpsearch_study_names, study_activity
 from search.monitor.status import study_status
-from search.study.studies import CONFIG_ATTR, find_study
+from search.study.studies import find_study
 
 __all__ = ["format_studies", "list_studies"]
 
 
 def list_studies(storage: Storage) -> list[dict[str, Any]]:
     """One object per hpsearch study (`hpsearch studies --json`), by name."""
-    with storage.read() as conn:
-        names = list(
-            conn.execute(
-                sa.select(studies.c.study_name)
-                .join(
-                    study_system_attributes,
-                    sa.and_(
-                        study_system_attributes.c.study_id == studies.c.study_id,
-                        study_system_attributes.c.key == CONFIG_ATTR,
-                    ),
-                )
-                .order_by(studies.c.study_name)
-            ).scalars()
-        )
+    names = hpsearch_study_names(storage)
     listed = []
     for name in names:
         ref = find_study(storage, name)
         if ref is None:  # deleted meanwhile
             continue
         status = study_status(storage, ref)
-        with storage.read() as conn:
-            started, finished = conn.execute(
-                sa.select(
-                    sa.func.max(trials.c.datetime_start), sa.func.max(trials.c.datetime_complete)
-                ).where(trials.c.study_id == ref.study_id)
-            ).one()
-            epochs = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(trial_intermediate_values.join(trials))
-                .where(trials.c.study_id == ref.study_id)
-            ).scalar_one()
-        last = max((t for t in (started, finished) if t is not None), default=None)
+        last, epochs = study_activity(storage, ref.study_id)
         budget = getattr(ref.config.study, "budget_epochs", None)
         listed.append(
             {
                 "study": name,
-                "direction": status["direction"],
-                "metric": status["metric"],
-                "n_trials": status["n_trials"],
-                **{k: status[k] for k in ("complete", "pruned", "failed", "running", "waiting")},
-                "best": None if status["best"] is None else status["best"]["value"],
+                "direction": status.direction,
+                "metric": status.metric,
+                "n_trials": status.n_trials,
+                **{
+                    k: getattr(status, k)
+                    for k in ("complete", "pruned", "failed", "running", "waiting", "paused")
+                },
+                "best": None if status.best is None else status.best.value,
                 "epochs_trained": epochs,
                 "budget_epochs": budget,
                 "last_activity": None if last is None else last.isoformat(timespec="seconds"),

@@ -18,31 +18,20 @@ The user's choice wins: with ``OMP_NUM_THREADS`` set nothing is changed, and a t
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Mapping
 
-import sqlalchemy as sa
 import torch
 
-from search.db.liveness import live_workers_clause
+from search.db.liveness import live_workers_on_host
 from search.db.storage import Storage
-from search.db.tables import workers
 
-__all__ = ["live_workers_on_host", "share_cpu_threads", "thread_share"]
+__all__ = ["share_cpu_threads", "thread_share"]
 
 
 def thread_share(cpu_count: int, workers_on_host: int) -> int:
     """Threads for one of `workers_on_host` workers on a machine of `cpu_count` cores."""
     return max(1, cpu_count // max(1, workers_on_host))
-
-
-def live_workers_on_host(storage: Storage, hostname: str) -> int:
-    """Live workers (of any study) registered with `hostname`."""
-    with storage.autocommit() as conn:
-        return conn.execute(
-            _on_host_statement(conn.dialect.name), {"host": hostname[:255]}
-        ).scalar_one()
 
 
 def share_cpu_threads(
@@ -68,10 +57,3 @@ def _usable_cores() -> int:
         return len(os.sched_getaffinity(0))  # a container's or taskset's share of the machine
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-@functools.cache
-def _on_host_statement(dialect: str) -> sa.Select:
-    return sa.select(sa.func.count()).where(
-        workers.c.hostname == sa.bindparam("host"), live_workers_clause(dialect)
-    )

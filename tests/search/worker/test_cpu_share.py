@@ -10,10 +10,11 @@ import pytest
 import sqlalchemy as sa
 import torch
 
+from search.db.liveness import live_workers_on_host
 from search.db.storage import open_storage
 from search.db.tables import workers
 from search.study.studies import create_study
-from search.worker.cpu_share import live_workers_on_host, share_cpu_threads, thread_share
+from search.worker.cpu_share import share_cpu_threads, thread_share
 from search.worker.loop import Worker
 from search.worker.trial_run import TrialOutcome, TrialRun
 from tests.search.db.test_dispatch import make_config, register
