@@ -31,7 +31,7 @@ from search.db.tables import (
     trials,
 )
 
-__all__ = ["claim_next_trial", "held_claims", "read_trial_data", "utcnow_naive"]
+__all__ = ["claim_next_trial", "held_claims", "lease_upsert", "read_trial_data", "utcnow_naive"]
 
 
 def utcnow_naive() -> datetime.datetime:
@@ -222,21 +222,23 @@ def _claim_sqlite(storage: Storage, params: dict[str, Any], skip_paused: bool) -
             )
         )
         generation = conn.execute(
-            _lease_upsert_sqlite(),
+            lease_upsert("sqlite"),
             {"picked": picked.trial_id, "study": params["study"], "claimer": params["claimer"]},
         ).scalar_one()
     return Claim(picked.trial_id, picked.number, params["study"], params["claimer"], generation)
 
 
 @functools.cache
-def _lease_upsert_sqlite() -> Any:
+def lease_upsert(dialect: str) -> Any:
+    """Give the lease of trial ``picked`` to ``claimer`` (a new lease, or the next generation
+    of the trial's lease: every write of the former holder is fenced off)."""
     lease = trial_leases
-    insert = insert_for("sqlite", lease).values(
+    insert = insert_for(dialect, lease).values(
         trial_id=sa.bindparam("picked"),
         study_id=sa.bindparam("study"),
         worker_id=sa.bindparam("claimer"),
         generation=1,
-        claimed_at=db_now("sqlite"),
+        claimed_at=db_now(dialect),
         epoch=0,
     )
     return insert.on_conflict_do_update(

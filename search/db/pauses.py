@@ -23,9 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from search.db.claims import utcnow_naive
+from search.db.claims import lease_upsert, utcnow_naive
 from search.db.leases import Claim, fence, release
-from search.db.statements import db_now, insert_for, upsert_attributes, write_intermediate_values
+from search.db.statements import insert_for, upsert_attributes, write_intermediate_values
 from search.db.storage import Storage
 from search.db.tables import (
     trial_intermediate_values,
@@ -254,7 +254,7 @@ def _claim_paused(
     if started is None:  # ended meanwhile: leave the mark as it was
         raise _Gone
     generation = conn.execute(
-        _lease_upsert(dialect),
+        lease_upsert(dialect),
         {"picked": trial_id, "study": study_id, "claimer": worker_id},
     ).scalar_one()
     return Claim(trial_id, started.number, study_id, worker_id, generation)
@@ -363,24 +363,3 @@ def _upsert_rung(
             set_={"value": insert.excluded.value, "paused": insert.excluded.paused},
         )
     )
-
-
-@functools.cache
-def _lease_upsert(dialect: str) -> Any:
-    lease = trial_leases
-    insert = insert_for(dialect, lease).values(
-        trial_id=sa.bindparam("picked"),
-        study_id=sa.bindparam("study"),
-        worker_id=sa.bindparam("claimer"),
-        generation=1,
-        claimed_at=db_now(dialect),
-        epoch=0,
-    )
-    return insert.on_conflict_do_update(
-        index_elements=[lease.c.trial_id],
-        set_={
-            "worker_id": insert.excluded.worker_id,
-            "generation": lease.c.generation + 1,
-            "claimed_at": insert.excluded.claimed_at,
-        },
-    ).returning(lease.c.generation)

@@ -50,6 +50,7 @@ __all__ = [
     "FidelitySampler",
     "across_fidelities",
     "fidelity_view",
+    "trial_as",
     "uses_fidelities",
 ]
 
@@ -73,7 +74,8 @@ def uses_fidelities(config: Any) -> bool:
 Mode = Literal["rung", "rank"]
 
 
-def _as(trial: FrozenTrial, state: TrialState, value: float | None) -> FrozenTrial:
+def trial_as(trial: FrozenTrial, state: TrialState, value: float | None) -> FrozenTrial:
+    """A copy of `trial` shown to a sampler in `state` with `value` (no deep copy)."""
     return FrozenTrial(
         number=trial.number,
         state=state,
@@ -112,9 +114,11 @@ def fidelity_view(trials: Sequence[FrozenTrial], mode: Mode, min_points: int) ->
         for t in usable:
             reports = _reports(t)
             if t.state == TrialState.COMPLETE or not reports:
-                out.append(t if t.state != TrialState.WAITING else _as(t, TrialState.RUNNING, None))
+                out.append(
+                    t if t.state != TrialState.WAITING else trial_as(t, TrialState.RUNNING, None)
+                )
             else:
-                out.append(_as(t, TrialState.PRUNED, None))
+                out.append(trial_as(t, TrialState.PRUNED, None))
         return out
     # "rung": the highest step that at least min_points trials reported.
     counts: Counter[int] = Counter()
@@ -124,13 +128,13 @@ def fidelity_view(trials: Sequence[FrozenTrial], mode: Mode, min_points: int) ->
     for t in usable:
         reports = _reports(t)
         if level is not None and level in reports:
-            out.append(_as(t, TrialState.COMPLETE, reports[level]))
+            out.append(trial_as(t, TrialState.COMPLETE, reports[level]))
         elif t.state == TrialState.COMPLETE and level is None:
             out.append(t)
         elif reports:
-            out.append(_as(t, TrialState.PRUNED, None))
+            out.append(trial_as(t, TrialState.PRUNED, None))
         else:
-            out.append(_as(t, TrialState.RUNNING, None))
+            out.append(trial_as(t, TrialState.RUNNING, None))
     return out
 
 

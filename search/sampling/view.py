@@ -49,7 +49,7 @@ from search.db.trial_changes import (
 )
 from search.db.trial_rows import SampledTrial
 from search.pruning.pruners import make_pruner
-from search.sampling.multifidelity import uses_fidelities
+from search.sampling.multifidelity import trial_as, uses_fidelities
 from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
 
@@ -306,18 +306,4 @@ def _queued_as_running(trial: FrozenTrial) -> FrozenTrial:
     """A queued trial with its params, as samplers should count it: running."""
     if trial.state != TrialState.WAITING or not trial.params:
         return trial
-    shown = FrozenTrial(
-        number=trial.number,
-        state=TrialState.RUNNING,
-        value=None,
-        values=None,
-        datetime_start=trial.datetime_start,
-        datetime_complete=None,
-        params=trial.params,
-        distributions=trial.distributions,
-        user_attrs=trial.user_attrs,
-        system_attrs=trial.system_attrs,
-        intermediate_values=trial.intermediate_values,
-        trial_id=trial._trial_id,
-    )
-    return shown
+    return trial_as(trial, TrialState.RUNNING, None)
