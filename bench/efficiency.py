@@ -389,7 +389,7 @@ def hpsearch_study(
     """One hpsearch study on `url`: created as `hpsearch create` does, run by `workers`
     workers (this process's own thread when 1) until it is done."""
     from search.db.storage import open_storage
-    from search.study.setup import set_up_study
+    from search.sampling.setup import set_up_study
 
     storage = open_storage(url, create=True)
     if storage.is_postgres:
