@@ -20,6 +20,7 @@ from trainer.sizes import parse_size
 
 __all__ = [
     "ARTIFACTS_HELP",
+    "DEVICE_HELP",
     "DEVICE_MEMORY_HELP",
     "GRACE_HELP",
     "GRACE_RANGE_S",
@@ -52,6 +53,8 @@ ARTIFACTS_HELP = (
     "DB.artifacts/ beside a SQLite file)"
 )
 KEEP_HELP = "keep each trial's last checkpoint when it finishes (default: delete it)"
+DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda:0 when a GPU is visible, else cpu)"
+
 DEVICE_MEMORY_HELP = (
     "memory of the device a trial trains on, e.g. 80GB (10^9 bytes) or 24GiB (2^30) "
     "(default: $HPSEARCH_DEVICE_MEMORY, else a GPU's free memory; a CPU has no limit)"

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from search.commands.common import DEVICE_MEMORY_HELP, device_memory, positive_int
+from search.commands.common import DEVICE_HELP, DEVICE_MEMORY_HELP, device_memory, positive_int
 from search.estimate.measure import run_measure
 from search.estimate.memory import estimate_json, estimate_memory, format_estimate, format_one
 from search.estimate.picking import Configuration, configurations
@@ -26,7 +26,7 @@ def add_parser(sub: Any) -> None:
     )
     estimate.add_argument("config", help="study config (TOML)")
     estimate.add_argument("--device-memory", metavar="SIZE", help=DEVICE_MEMORY_HELP)
-    estimate.add_argument("--device", help="cpu or cuda:N (default: cuda if available, else cpu)")
+    estimate.add_argument("--device", help=DEVICE_HELP)
     estimate.add_argument("--json", action="store_true", help="one JSON object")
     estimate.add_argument(
         "--samples",

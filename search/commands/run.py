@@ -41,6 +41,11 @@ def add_parser(sub: Any) -> None:
     run.add_argument(
         "--workers", type=positive_int, help="local workers (default: one per GPU, else 1)"
     )
+    run.add_argument(
+        "--device",
+        help="cpu, cuda or cuda:N for every local worker (default: one worker per visible GPU, "
+        "else cpu)",
+    )
     add_storage_flags(run)
     add_worker_flags(run)
     run.add_argument("--gpus-per-trial", type=positive_int, metavar="K", help=PER_TRIAL_HELP)
@@ -66,7 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     check_task(config)
     options = worker_options(args)
-    devices = local_devices(args.workers, per_trial=options.gpus_per_trial)
+    if args.device:
+        devices = [args.device] * (args.workers or 1)
+    else:
+        devices = local_devices(args.workers, per_trial=options.gpus_per_trial)
     for device in sorted(set(devices)):
         check_devices(device, options.gpus_per_trial)
     url = storage_url(args)

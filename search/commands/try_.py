@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from search.commands.common import DEVICE_HELP
 from search.worker.trial_by_hand import try_config
 
 __all__ = ["add_parser", "cmd_try"]
@@ -28,7 +29,7 @@ def add_parser(sub: Any) -> None:
         help="a hyperparameter from the config's [space] (repeatable)",
     )
     try_.add_argument("--epochs", type=int, help="epochs to train (default: task.epochs)")
-    try_.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available)")
+    try_.add_argument("--device", help=DEVICE_HELP)
     try_.add_argument("--seed", type=int, help="training seed (default: study.seed)")
     try_.add_argument(
         "--checkpoint-dir",

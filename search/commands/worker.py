@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from search.commands.common import (
+    DEVICE_HELP,
     PER_TRIAL_HELP,
     add_storage_flags,
     add_worker_flags,
@@ -38,7 +39,7 @@ def add_parser(sub: Any) -> None:
     worker = sub.add_parser("worker", help="join a study and pull trials until it is done")
     worker.add_argument("--study", required=True, help="study name")
     add_storage_flags(worker)
-    worker.add_argument("--device", help="cuda:N or cpu (default: cuda if available, else cpu)")
+    worker.add_argument("--device", help=DEVICE_HELP)
     worker.add_argument("--gpus", choices=["all"], help="all: one worker process per visible GPU")
     add_worker_flags(worker)
     worker.add_argument("--gpus-per-trial", type=positive_int, metavar="K", help=PER_TRIAL_HELP)

@@ -214,6 +214,12 @@ ARGUMENT_CASES = [
     ),
     ("device-absent", ["run", "{config}", "--workers", "1"], {}, None),  # replaced below
     (
+        "run-device-absent",
+        ["run", "{config}", "--device", "cuda:7"],
+        {},
+        "--device: device 'cuda:7'",
+    ),
+    (
         "mysql-url",
         ["create", "{config}", "--storage", f"mysql://ml:{PASSWORD}@db/hp"],
         {},
