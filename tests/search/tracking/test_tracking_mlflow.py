@@ -153,7 +153,10 @@ def test_a_tracker_stopped_mid_study_fails_no_trial_then_export_writes_the_rest(
     assert f"hpsearch export --study {study_name} --to mlflow" in unsent[0]
 
     client = MlflowClient(mlflow_server.uri)
-    assert set(trial_runs(client, experiment)) <= {0, 1, 2}  # what got through before
+    # What got through before the server stopped (the sender is asynchronous: on a fast
+    # machine nothing may have, not even the experiment).
+    if client.get_experiment_by_name(experiment) is not None:
+        assert set(trial_runs(client, experiment)) <= {0, 1, 2}
 
     # After the fact: export writes every trial, in the same runs; a second export adds nothing.
     export = ["export", "--study", study_name, "--to", "mlflow", "--storage", pg_url]
