@@ -25,7 +25,6 @@ def list_studies(storage: Storage) -> list[dict[str, Any]]:
             continue
         status = study_status(storage, ref)
         last, epochs = study_activity(storage, ref.study_id)
-        budget = getattr(ref.config.study, "budget_epochs", None)
         listed.append(
             {
                 "study": name,
@@ -38,7 +37,8 @@ def list_studies(storage: Storage) -> list[dict[str, Any]]:
                 },
                 "best": None if status.best is None else status.best.value,
                 "epochs_trained": epochs,
-                "budget_epochs": budget,
+                "budget_epochs": ref.config.study.budget_epochs,
+                "budget": status.budget,
                 "last_activity": None if last is None else last.isoformat(timespec="seconds"),
             }
         )
@@ -57,13 +57,14 @@ def format_studies(listed: list[dict[str, Any]], *, now: datetime.datetime | Non
         finished = s["complete"] + s["pruned"] + s["failed"]
         row = [
             s["study"],
-            f"{finished}/{s['n_trials']}",
+            f"{finished}/{s['n_trials']}" if s["n_trials"] else str(finished),
             *(str(s[k]) for k in ("complete", "pruned", "failed", "running", "waiting")),
             "-" if s["best"] is None else f"{s['metric']} {_value(s['best'])}",
         ]
         if with_budget:
-            budget = s["budget_epochs"]
-            row.append("-" if budget is None else f"{s['epochs_trained']}/{budget} epochs")
+            # The study's epoch counter, as `hpsearch status` shows it (reserved epochs count).
+            epochs = (s["budget"] or {}).get("epochs")
+            row.append("-" if epochs is None else f"{epochs['used']}/{epochs['budget']} epochs")
         row.append(_ago(s["last_activity"], now))
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
