@@ -19,7 +19,7 @@ from search.commands.common import (
 from search.db.storage import Storage, open_storage
 from search.errors import EXIT_OK
 from search.monitor.progress import StudyProgress
-from search.monitor.run_summary import is_finished, run_summary
+from search.monitor.run_summary import run_summary
 from search.monitor.status import study_status
 from search.sampling.setup import set_up_study
 from search.study.config import StudyConfig, load_config
@@ -82,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     study, _ = _create(storage, config, args.argv)
     default_storage = args.storage is None and not os.environ.get("HPSEARCH_STORAGE")
     before = study_status(storage, study)
-    if is_finished(before):
+    if before.done:
         summary = run_summary(
             before, storage, options.artifacts, default_storage=default_storage, already=True
         )

@@ -15,13 +15,7 @@ import shlex
 from search.db.storage import Storage
 from search.monitor.status import StudyStatus, format_best
 
-__all__ = ["artifacts_place", "is_finished", "run_summary"]
-
-
-def is_finished(status: StudyStatus) -> bool:
-    """The study is over: its trials (or its budget) are spent and nothing runs, waits or is
-    paused."""
-    return status.done
+__all__ = ["artifacts_place", "run_summary"]
 
 
 def artifacts_place(storage: Storage, directory: str | None) -> str:
@@ -50,7 +44,7 @@ def run_summary(
         for k in ("complete", "pruned", "failed")
         if getattr(status, k) or k == "complete"
     )
-    state = "was already finished" if already else "finished" if is_finished(status) else "stopped"
+    state = "was already finished" if already else "finished" if status.done else "stopped"
     storage_flag = "" if default_storage else " --storage URL"
     study = shlex.quote(name)
     lines = [
