@@ -28,7 +28,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search.sampling.multifidelity import across_fidelities
+from search.sampling.multifidelity import across_fidelities, uses_fidelities
 from search.study.config import StudyConfig
 from search.study.space import CategoricalParam, FloatParam, Param
 
@@ -106,9 +106,12 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
             # Constant liar: running trials count as bad results, so parallel workers spread
-            # out instead of piling onto the current best point.
+            # out instead of piling onto the current best point. Under a pruner that stops
+            # trials at rungs, TPE models each parameter on its own (Optuna's default): fitted
+            # on every trial's epochs it was faster and never stuck on LCBench, where the joint
+            # model settled on poor regions in some seeds (bench/BENCHMARKS.md).
             tpe = optuna.samplers.TPESampler(
-                multivariate=True,
+                multivariate=not uses_fidelities(config),
                 constant_liar=True,
                 seed=seed,
                 n_startup_trials=STARTUP_TRIALS["tpe"],

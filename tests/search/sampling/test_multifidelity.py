@@ -11,7 +11,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from search.db.storage import open_storage
-from search.sampling.multifidelity import FidelitySampler, fidelity_view
+from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, fidelity_view
 from search.sampling.samplers import make_sampler
 from search.sampling.view import StudyMirror
 from search.study.config import parse_config
@@ -53,8 +53,8 @@ def distance_of_next_points(sampler: optuna.samplers.BaseSampler) -> float:
     return statistics.fmean(abs(x - 0.8) for x in xs)
 
 
-def tpe() -> optuna.samplers.TPESampler:
-    return optuna.samplers.TPESampler(seed=1, multivariate=True, constant_liar=True)
+def tpe(multivariate: bool = True) -> optuna.samplers.TPESampler:
+    return optuna.samplers.TPESampler(seed=1, multivariate=multivariate, constant_liar=True)
 
 
 def test_tpe_learns_from_paused_trials_where_plain_tpe_still_samples_at_random() -> None:
@@ -63,11 +63,15 @@ def test_tpe_learns_from_paused_trials_where_plain_tpe_still_samples_at_random()
         plain = distance_of_next_points(tpe())
         rung = distance_of_next_points(FidelitySampler(tpe(), mode="rung", min_points=10))
         rank = distance_of_next_points(FidelitySampler(tpe(), mode="rank"))
+        # hpsearch's own: univariate TPE, fitted once MIN_POINTS trials reached an epoch
+        univariate = distance_of_next_points(
+            FidelitySampler(tpe(multivariate=False), mode="rung", min_points=MIN_POINTS)
+        )
         gp = distance_of_next_points(
             FidelitySampler(optuna.samplers.GPSampler(seed=1), mode="rung", min_points=10)
         )
     assert plain > 0.2  # nothing finished: its start-up samples uniformly
-    assert rung < plain / 2 and rank < plain / 2 and gp < plain / 2, (plain, rung, rank, gp)
+    assert max(rung, rank, gp, univariate) < plain / 2, (plain, rung, rank, gp, univariate)
 
 
 def test_rung_view_fits_on_the_highest_epoch_enough_trials_reached() -> None:
@@ -102,12 +106,12 @@ def test_tpe_under_hyperband_sees_every_bracket_through_the_mirror(
     trial = study._storage.get_trial(mirror.new_trial(24))
     seen = sampler._view(study, trial).get_trials(deepcopy=False)
     # Every trial is seen (Optuna's Hyperband would show only the trial's bracket), with its
-    # reports: complete trials at the highest epoch at least 10 trials reached.
+    # reports: complete trials at the highest epoch at least MIN_POINTS trials reached.
     assert len([t for t in seen if t.params]) == 24
     level = max(
         step
         for step in range(1, 10)
-        if sum(step in t.intermediate_values for t in seen if t.params) >= 10
+        if sum(step in t.intermediate_values for t in seen if t.params) >= MIN_POINTS
     )
     assert all(
         t.value == t.intermediate_values[level] for t in seen if t.state == TrialState.COMPLETE
