@@ -81,3 +81,26 @@ def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(
     for t in trials:
         if t.state.name == "COMPLETE":
             assert t.value == pytest.approx(bench.curve(t.params).accuracy[-1])
+
+
+def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> None:
+    """bench/efficiency_variants.py's "chosen" row is the sampler hpsearch builds: if
+    make_sampler changes, the measurement that chose it no longer describes it."""
+    from bench.efficiency_variants import VARIANTS, make_variant
+    from search.sampling.multifidelity import FidelitySampler
+    from search.sampling.samplers import make_sampler
+    from search.study.config import parse_config
+
+    config = parse_config(
+        {
+            "study": {"name": "s", "budget_epochs": 100, "sampler": "tpe"},
+            "pruner": {"type": "asha", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "digits", "epochs": 9},
+            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        }
+    )
+    built, chosen = make_sampler(config, 7), make_variant(VARIANTS["chosen"], seed=7)
+    assert isinstance(built, FidelitySampler) and isinstance(chosen, FidelitySampler)
+    assert (built.mode, built.min_points) == (chosen.mode, chosen.min_points)
+    for attr in ("_multivariate", "_constant_liar", "_n_startup_trials"):
+        assert getattr(built.inner, attr) == getattr(chosen.inner, attr), attr
