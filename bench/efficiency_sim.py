@@ -115,7 +115,7 @@ def rungs(min_resource: int, eta: int, max_resource: int = EPOCHS) -> list[int]:
 
 def asha_study(
     curve_of: CurveOf,
-    sampler: str,
+    sampler: str | optuna.samplers.BaseSampler,
     budget: int,
     seed: int,
     *,
@@ -125,11 +125,12 @@ def asha_study(
     brackets: int = 1,
     **kw: Any,
 ) -> Run:
-    """Promotion ASHA (several brackets: Hyperband with promotion) on a simulated clock."""
+    """Promotion ASHA (several brackets: Hyperband with promotion) on a simulated clock.
+    `sampler`: a name for `make_optuna_sampler`, or a sampler to use as it is."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        direction="maximize", sampler=make_optuna_sampler(sampler, seed, **kw)
-    )
+    if isinstance(sampler, str):
+        sampler = make_optuna_sampler(sampler, seed, **kw)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
     levels = rungs(min_resource, eta)
     brackets = max(1, min(brackets, len(levels) - 1))
     # rung k of the study: trials recorded there as (value, number); paused ones by number.

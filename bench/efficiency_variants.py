@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
+from bench.efficiency import _read_cache  # noqa: E402
 from bench.efficiency_stats import Run, summarize  # noqa: E402
 
 BUDGET = 5000
@@ -78,12 +79,13 @@ class RandomFraction(optuna.samplers.BaseSampler):
 
 def make_variant(variant: dict[str, Any], seed: int) -> optuna.samplers.BaseSampler:
     from search.sampling.multifidelity import FidelitySampler
+    from search.sampling.samplers import STARTUP_TRIALS
 
     tpe_kw: dict[str, Any] = {
         "seed": seed,
         "multivariate": True,
         "constant_liar": True,
-        "n_startup_trials": 10,
+        "n_startup_trials": STARTUP_TRIALS["tpe"],
     }
     tpe_kw.update(variant.get("tpe", {}))
     sampler: optuna.samplers.BaseSampler = FidelitySampler(
@@ -100,12 +102,11 @@ def _job(args: tuple[str, str, int, int, str | None]) -> tuple[str, str, int, in
     instance, name, seed, workers, data = args
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    import bench.efficiency_sim as sim
+    from bench.efficiency_sim import asha_study
     from bench.lcbench import LCBench
 
-    variant = VARIANTS[name]
-    sim.make_optuna_sampler = lambda _name, s, **_kw: make_variant(variant, s)  # type: ignore[assignment]
-    run = sim.asha_study(LCBench(instance, data).curve, name, BUDGET, seed, workers=workers)
+    sampler = make_variant(VARIANTS[name], seed)
+    run = asha_study(LCBench(instance, data).curve, sampler, BUDGET, seed, workers=workers)
     return instance, name, seed, workers, run.finished
 
 
@@ -121,12 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", default=str(REPO / "bench" / "efficiency-variants.jsonl"))
     args = parser.parse_args(argv)
     instances, names = args.instances.split(","), args.variants.split(",")
-    reference: dict[tuple[str, int], list] = {}
-    for line in Path(args.reference).read_text().splitlines():
-        d = json.loads(line)
-        _, instance, strategy, seed, budget, workers = d["key"].split("/")
-        if strategy == "random" and int(budget) == BUDGET and workers == "1":
-            reference[(instance, int(seed))] = d["finished"]
+    reference = _read_cache(args.reference)  # efficiency.py's studies, by its cache key
     done: dict[tuple[str, str, int, int], list] = {}
     if os.path.exists(args.cache):
         for line in Path(args.cache).read_text().splitlines():
@@ -146,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps({**row, "finished": finished}) + "\n")
             fh.flush()
     for instance in instances:
-        ref = [Run(reference[(instance, s)], BUDGET) for s in range(args.seeds)]
+        ref = [reference[f"lcbench/{instance}/random/{s}/{BUDGET}/1"] for s in range(args.seeds)]
         target = float(np.mean([r.final for r in ref]))
         print(f"\n{instance}: target {target:.2f}, {args.workers} worker(s)\n")
         print("| variant | final mean (sd) | speedup (90% CI) | seeds reached | median epochs |")
