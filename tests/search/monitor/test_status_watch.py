@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import queue
 import re
 import select
 import signal
@@ -13,6 +14,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -138,24 +140,38 @@ def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
 ) -> None:
     storage, claim = held_trial(pg_url, study_name, n_trials=1)
     argv = [sys.executable, "-m", "search", "status", "--study", study_name, "--storage", pg_url]
-    proc = subprocess.Popen(
-        [*argv, "--watch", "--interval", "0.3"],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_signals,
+    err_file = tmp_path / "stderr.txt"
+    with err_file.open("w") as err_out:
+        proc = subprocess.Popen(
+            [*argv, "--watch", "--interval", "0.3"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=err_out,
+            text=True,
+            preexec_fn=default_signals,
+        )
+    lines_read: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(
+        target=lambda: [lines_read.put(line) for line in proc.stdout], daemon=True
     )
+    reader.start()
     try:
-        time.sleep(3)  # a few refreshes with nothing new: one block, not one per refresh
+        # The first block, however long the start took, then a few refreshes with nothing new:
+        # one block, not one per refresh.
+        first = lines_read.get(timeout=60)
+        assert "0/1 finished" in first, first
+        time.sleep(2)
         fenced_writes.finish(storage, claim, "COMPLETE", 0.9, {}, intermediate={3: 0.9})
-        out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         storage.close()
+    out = first + "".join(lines_read.queue)
+    err = err_file.read_text()
     assert proc.returncode == 0, err
     assert "\x1b" not in out
     lines = out.splitlines()
