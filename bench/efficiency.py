@@ -554,8 +554,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _bad_numbers(args: argparse.Namespace) -> str | None:
+    """What is wrong with the numeric flags, in one line (None: nothing)."""
+    for flag, value in (
+        ("--seeds", args.seeds),
+        ("--budget-epochs", args.budget_epochs),
+        ("--workers", args.workers),
+        ("--jobs", args.jobs),
+    ):
+        if value is not None and value < 1:
+            return f"{flag}: must be at least 1, got {value}"
+    if not args.time_scale > 0:
+        return f"--time-scale: must be above 0, got {args.time_scale}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    wrong = _bad_numbers(args)
+    if wrong:
+        print(f"efficiency.py: {wrong}", file=sys.stderr)
+        return 2
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
     strategies = (
@@ -570,7 +589,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    try:
+        reference = json.loads(Path(args.reference).read_text()) if args.reference else None
+    except (OSError, ValueError) as exc:
+        print(f"efficiency.py: --reference: cannot read {args.reference}: {exc}", file=sys.stderr)
+        return 2
     if "random" not in strategies and reference is None:
         strategies.insert(0, "random")  # the reference
     instances = ["digits"] if digits else args.instances.split(",")

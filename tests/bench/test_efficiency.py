@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from bench.efficiency_stats import Run, epochs_to, incumbents, speedup, speedup_ci, summarize
 from bench.lcbench import EPOCHS, LCBench, default_data_dir
 
+REPO = Path(__file__).resolve().parent.parent.parent
 DATA = default_data_dir()
 needs_data = pytest.mark.skipif(
     importlib.util.find_spec("yahpo_gym") is None
@@ -104,3 +108,30 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
     assert (built.mode, built.min_points) == (chosen.mode, chosen.min_points)
     for attr in ("_multivariate", "_constant_liar", "_n_startup_trials"):
         assert getattr(built.inner, attr) == getattr(chosen.inner, attr), attr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seeds", "0"], "--seeds: must be at least 1, got 0"),
+        (["--budget-epochs", "-5"], "--budget-epochs: must be at least 1, got -5"),
+        (["--workers", "0"], "--workers: must be at least 1, got 0"),
+        (["--time-scale", "0"], "--time-scale: must be above 0"),
+        (["--strategies", "nope"], "--strategies: unknown or not for lcbench: nope"),
+        (["--reference", "missing.json"], "--reference: cannot read missing.json"),
+    ],
+)
+def test_bad_flags_are_one_line_exit_2_and_nothing_written(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "efficiency.py"), *args, "--json", "out.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"efficiency.py: {message}") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
