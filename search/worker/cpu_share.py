@@ -21,8 +21,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-import torch
-
 from search.db.liveness import live_workers_on_host
 from search.db.storage import Storage
 
@@ -47,6 +45,8 @@ def share_cpu_threads(
         return None
     cores = cpu_count or _usable_cores()
     threads = thread_share(cores, live_workers_on_host(storage, hostname))
+    import torch  # only here: commands that train nothing (status, --help) never load torch
+
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads

@@ -325,3 +325,24 @@ def test_version(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert done.stdout.strip() == f"hpsearch {version}"
+
+
+def test_commands_that_train_nothing_never_load_torch(tmp_path: Path) -> None:
+    """`hpsearch --help`, `studies` and `status` answer in about a second: importing torch
+    (seconds) is for the commands that train."""
+    code = (
+        "import sys\n"
+        "from search.commands import main\n"
+        "for argv in (['--version'], ['studies', '--storage', 'sqlite:///h.db'],\n"
+        "             ['status', '--study', 'none', '--storage', 'sqlite:///h.db']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
