@@ -46,6 +46,7 @@ __all__ = [
     "next_promotable",
     "pass_rung_if_promotable",
     "pause",
+    "paused_count",
     "rank_at_rung",
     "record_rung",
     "rung_rows",
@@ -59,6 +60,15 @@ class RungRow:
     level: int
     value: float
     paused: bool
+
+
+def paused_count(conn: Connection, study_id: int) -> int:
+    """How many of the study's trials sit paused at a rung, waiting for promotion."""
+    return conn.execute(
+        sa.select(sa.func.count()).where(
+            trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
+        )
+    ).scalar_one()
 
 
 def rung_rows(storage: Storage, study_id: int) -> list[RungRow]:

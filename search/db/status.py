@@ -18,13 +18,13 @@ from sqlalchemy.engine import Row
 
 from search.db.budget import epochs_used, first_start
 from search.db.liveness import live_workers_clause
+from search.db.pauses import paused_count
 from search.db.statements import db_now
 from search.db.storage import Storage
 from search.db.tables import (
     trial_intermediate_values,
     trial_leases,
     trial_params,
-    trial_rungs,
     trial_values,
     trials,
     workers,
@@ -90,13 +90,7 @@ def read_status(
                 workers.c.study_id == study_id, live_workers_clause(dialect)
             )
         ).scalar_one()
-        n_paused = 0
-        if paused:
-            n_paused = conn.execute(
-                sa.select(sa.func.count()).where(
-                    trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
-                )
-            ).scalar_one()
+        n_paused = paused_count(conn, study_id) if paused else 0
         used = epochs_used(None, study_id, conn) if epochs else None
         start = first_start(None, study_id, conn) if hours else None
     return StatusRows(counts, best, params, running, live, n_paused, used, start)

@@ -5,19 +5,29 @@ from __future__ import annotations
 
 import datetime
 import functools
+import json
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 
+from search.db.statements import insert_for
 from search.db.storage import Storage
-from search.db.tables import studies, study_system_attributes, trial_intermediate_values, trials
+from search.db.tables import (
+    studies,
+    study_system_attributes,
+    study_user_attributes,
+    trial_intermediate_values,
+    trials,
+)
 
 __all__ = [
     "CONFIG_ATTR",
     "UID_ATTR",
     "find_study_row",
     "hpsearch_study_names",
+    "lock_study",
+    "set_study_user_attrs",
     "studies_with_more_trials_than",
     "study_activity",
     "study_names",
@@ -34,6 +44,38 @@ def find_study_row(storage: Storage, name: str) -> Row[Any] | None:
     such attribute), or None if there is none."""
     with storage.autocommit() as conn:
         return conn.execute(_find_statement(), {"study_name": name}).first()
+
+
+def lock_study(conn: Connection, study_id: int) -> None:
+    """Hold the study's row till the end of the transaction (PostgreSQL; SQLite's BEGIN
+    IMMEDIATE already serializes writers): writers of its progress attributes take turns, so
+    the last one written was read last."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            sa.select(studies.c.study_id).where(studies.c.study_id == study_id).with_for_update()
+        )
+
+
+def set_study_user_attrs(conn: Connection, study_id: int, attrs: dict[str, Any]) -> None:
+    """Set study user attributes as Optuna stores them (one JSON value per key)."""
+    if attrs:
+        conn.execute(
+            _upsert_study_user_attr(conn.dialect.name),
+            [
+                {"study_id": study_id, "key": k, "value_json": json.dumps(v)}
+                for k, v in attrs.items()
+            ],
+        )
+
+
+@functools.cache
+def _upsert_study_user_attr(dialect: str) -> Any:
+    table = study_user_attributes
+    insert = insert_for(dialect, table)
+    return insert.on_conflict_do_update(
+        index_elements=[table.c.study_id, table.c.key],
+        set_={"value_json": insert.excluded.value_json},
+    )
 
 
 def study_names(storage: Storage) -> list[str]:

@@ -83,6 +83,16 @@ study_system_attributes = sa.Table(
     sa.UniqueConstraint("study_id", "key"),
 )
 
+study_user_attributes = sa.Table(
+    "study_user_attributes",
+    metadata,
+    sa.Column("study_user_attribute_id", sa.Integer, primary_key=True),
+    sa.Column("study_id", sa.Integer, sa.ForeignKey("studies.study_id")),
+    sa.Column("key", _KEY),
+    sa.Column("value_json", sa.Text),
+    sa.UniqueConstraint("study_id", "key"),
+)
+
 trials = sa.Table(
     "trials",
     metadata,

@@ -4,7 +4,6 @@ a few queries (`search.db.status`)."""
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import math
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from optuna.distributions import json_to_distribution
 
 from search.db.status import read_status
 from search.db.storage import Storage
+from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
 
 __all__ = [
@@ -128,7 +128,7 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
         running=counts.get("RUNNING", 0),
         waiting=counts.get("WAITING", 0) - rows.paused,
         paused=rows.paused,
-        budget=_budget(study, rows.epochs_used, rows.first_start),
+        budget=budget_spent(s, rows.epochs_used, rows.first_start),
         best=None if best is None else BestTrial(best.number, float(best.value), params),
         live_workers=live,
         running_trials=[
@@ -147,44 +147,9 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
     )
 
 
-def _budget(
-    study: StudyRef, used: int | None, start: datetime.datetime | None
-) -> dict[str, dict[str, float]] | None:
-    s = study.config.study
-    if not s.has_budget:
-        return None
-    out: dict[str, dict[str, float]] = {}
-    if s.budget_epochs is not None:
-        used = used or 0
-        out["epochs"] = {
-            "budget": s.budget_epochs,
-            "used": used,
-            "left": max(0, s.budget_epochs - used),
-        }
-    if s.budget_hours is not None:
-        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        hours = 0.0 if start is None else (now - start).total_seconds() / 3600
-        out["hours"] = {
-            "budget": s.budget_hours,
-            "used": round(hours, 4),
-            "left": round(max(0.0, s.budget_hours - hours), 4),
-        }
-    return out
-
-
 def format_budget(status: StudyStatus) -> str | None:
     """'  budget: 340/5000 epochs (4660 left), 0.52/12 h (11.48 left)', or None."""
-    budget = status.budget
-    if not budget:
-        return None
-    parts = []
-    if "epochs" in budget:
-        e = budget["epochs"]
-        parts.append(f"{e['used']}/{e['budget']} epochs ({e['left']} left)")
-    if "hours" in budget:
-        h = budget["hours"]
-        parts.append(f"{h['used']:.2f}/{h['budget']:g} h ({h['left']:.2f} left)")
-    return "  budget: " + ", ".join(parts)
+    return "  budget: " + budget_line(status.budget) if status.budget else None
 
 
 def format_status(status: StudyStatus) -> str:

@@ -57,6 +57,7 @@ def study_note(study: StudyRef, storage: Storage, argv: Sequence[str]) -> str:
         f"{_limits(study)}, sampler `{s.sampler}`, pruner `{study.config.pruner.type}`. "
         "Each trial's user attributes say what made it (host, device, code version) and, "
         "for a trial that continued another worker's work, `resumed_from`.\n\n"
+        f"{_progress(study)}"
         f"{_pausing(study)}"
         "### Config\n\n"
         f"```toml\n{config_toml(study.config)}```\n"
@@ -80,9 +81,19 @@ def _pausing(study: StudyRef) -> str:
     return (
         "Promotion-based ASHA: a trial pauses at each rung and is resumed (on any worker) "
         "once it ranks in the top 1/reduction_factor there. **A paused trial shows as WAITING "
-        "here**, with the system attribute `hpsearch:paused_at` (its rung, in epochs); "
-        "`hpsearch status --study NAME` counts paused trials and shows the budget used and "
-        "left. When the study ends, paused trials end PRUNED with their last value.\n\n"
+        "here**, with the system attribute `hpsearch:paused_at` (its rung, in epochs); the "
+        "study's user attribute `paused trials` counts them. When the study ends, paused "
+        "trials end PRUNED with their last value.\n\n"
+    )
+
+
+def _progress(study: StudyRef) -> str:
+    if not study.config.study.has_budget:
+        return ""
+    return (
+        "**Budget used and left**: the study's user attribute `budget` (Study User Attributes, "
+        "below), written by the workers as they train; `hpsearch status --study NAME` reads "
+        "it live.\n\n"
     )
 
 

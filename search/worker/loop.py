@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import os
 import random
 import signal
@@ -57,7 +58,13 @@ from search.study.studies import StudyRef
 from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.cpu_share import share_cpu_threads
-from search.worker.pause import Promoter, StudyLimits
+from search.worker.pause import (
+    PUBLISH_EVERY_S,
+    Promoter,
+    StudyLimits,
+    publish_progress,
+    publishes_progress,
+)
 from search.worker.provenance import launched_by
 from search.worker.report_writer import ReportWriter
 from search.worker.self_fence import LeaseWatchdog
@@ -141,6 +148,8 @@ class Worker:
         # Budgets and promotion-based ASHA (search/worker/pause.py); None: not configured.
         self._limits = StudyLimits(storage, study) if self.config.study.has_budget else None
         self._promoter = Promoter(storage, study) if self.config.pruner.pauses else None
+        self._publishes = publishes_progress(study)
+        self._published_at = -math.inf
         self._stop_reason: str | None = None  # why report() last said stop
         self._paused_at: tuple[int, float] | None = None  # (rung, value) where it pauses
         # Epochs reserved with a claim: a new trial's first, up to its first decision (any
@@ -224,6 +233,7 @@ class Worker:
             if self._pruner is not None:
                 self._pruner.close()
             self._join_sampler()
+            self._publish_progress(now=True)
             try:
                 if self._gone is None:  # else there is nothing left to write to
                     self._retry(
@@ -468,6 +478,21 @@ class Worker:
                     claim.number,
                 )
             self._claim = None
+            self._publish_progress()
+
+    def _publish_progress(self, *, now: bool = False) -> None:
+        """The budget used and left, and the paused trials, for the dashboard (the study's user
+        attributes): after a trial, at most every PUBLISH_EVERY_S; `now` when leaving. A
+        display: a failure to write it is logged, never a fault of the trial or the worker."""
+        if not self._publishes or self._gone is not None:
+            return
+        if not now and time.monotonic() - self._published_at < PUBLISH_EVERY_S:
+            return
+        self._published_at = time.monotonic()
+        try:
+            publish_progress(self.storage, self.study)
+        except Exception as exc:
+            logger.debug("could not write the study's budget for the dashboard: %s", exc)
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction

@@ -15,25 +15,72 @@ the database evaluates it (one query per decision, whatever the study's size), a
 checks both pick the same trial. When no new
 trial may start (n_trials reached), paused trials are promoted with the looser rule ceil(n/eta)
 (draining), and whatever then stays paused ends PRUNED with its last value once nothing runs.
+
+`publish_progress`: the budget used and left, and the paused trials, as the study's user
+attributes ``budget`` and ``paused trials``, which optuna-dashboard shows on the study's page
+("Study User Attributes"); each worker writes them after its trials (at most every
+`PUBLISH_EVERY_S`) and when it leaves.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+from typing import Any
 
 from search.db import budget, pauses
 from search.db.leases import Claim
 from search.db.storage import Storage
+from search.db.studies import lock_study, set_study_user_attrs
 from search.pruning.promotion import Paused, Rungs, RungTable
+from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
 
-__all__ = ["Promoter", "StudyLimits"]
+__all__ = [
+    "BUDGET_ATTR",
+    "PAUSED_ATTR",
+    "PUBLISH_EVERY_S",
+    "Promoter",
+    "StudyLimits",
+    "publish_progress",
+    "publishes_progress",
+]
 
 logger = logging.getLogger("search.worker.pause")
 
 CLAIM_RACES = 5
-"""Promotable trials a worker tries before giving up for this look (others resumed them)."""
+
+BUDGET_ATTR = "budget"
+"""The study's user attribute: '340/5000 epochs (4660 left), 0.52/12 h (11.48 left)'."""
+PAUSED_ATTR = "paused trials"
+"""The study's user attribute: how many trials sit paused at a rung (pausing pruners)."""
+PUBLISH_EVERY_S = 5.0
+"""A worker writes them at most this often (and when it leaves): the dashboard polls slower."""
+
+
+def publishes_progress(study: StudyRef) -> bool:
+    """Whether the study has something for `publish_progress` to show."""
+    return study.config.study.has_budget or study.config.pruner.pauses
+
+
+def publish_progress(storage: Storage, study: StudyRef) -> None:
+    """Write the budget used and left, and the paused trials, as the study's user attributes,
+    read fresh from the database (the epoch counter every worker counts in). Writers take
+    turns (`lock_study`), so what stays written is what was read last."""
+    settings = study.config.study
+    pausing = study.config.pruner.pauses
+    sid = study.study_id
+    with storage.transaction() as conn:
+        lock_study(conn, sid)
+        used = budget.epochs_used(None, sid, conn) if settings.budget_epochs is not None else None
+        start = budget.first_start(None, sid, conn) if settings.budget_hours is not None else None
+        attrs: dict[str, Any] = {}
+        spent = budget_spent(settings, used, start)
+        if spent is not None:
+            attrs[BUDGET_ATTR] = budget_line(spent)
+        if pausing:
+            attrs[PAUSED_ATTR] = pauses.paused_count(conn, sid)
+        set_study_user_attrs(conn, sid, attrs)
 
 
 class StudyLimits:

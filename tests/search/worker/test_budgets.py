@@ -153,6 +153,11 @@ def test_eight_workers_train_exactly_the_epoch_budget_on_postgresql(
     trained = sum(len(t.intermediate_values) for t in trials)
     assert epochs_used(pg_url, ref.study_id) == 100
     assert trained == 100  # no crash here: every counted epoch was trained and reported once
+    # The dashboard's view of the budget (the study's user attributes), as the last worker to
+    # leave wrote it.
+    attrs = optuna.load_study(study_name=study_name, storage=pg_url).user_attrs
+    assert attrs["budget"] == "100/100 epochs (0 left)"
+    assert attrs.get("paused trials", 0) == 0
     cut = [t for t in trials if t.system_attrs.get("hpsearch:ended_by") == "budget"]
     for t in cut:
         assert t.state.name == "PRUNED"
@@ -218,6 +223,9 @@ def test_status_shows_paused_trials_and_the_budget_used_and_left(
     text = capsys.readouterr().out
     assert "paused 1" in text and "budget: 1/50 epochs (49 left)" in text
     assert f"study {study_name}: 0 finished" in text
+    # optuna-dashboard shows the same on the study's page (Study User Attributes).
+    attrs = optuna.load_study(study_name=study_name, storage=storage_url).user_attrs
+    assert attrs == {"budget": "1/50 epochs (49 left)", "paused trials": 1}
 
 
 @pytest.mark.parametrize("maximize", [True, False])
