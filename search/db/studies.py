@@ -52,7 +52,11 @@ def lock_study(conn: Connection, study_id: int) -> None:
     the last one written was read last."""
     if conn.dialect.name == "postgresql":
         conn.execute(
-            sa.select(studies.c.study_id).where(studies.c.study_id == study_id).with_for_update()
+            sa.select(studies.c.study_id)
+            .where(studies.c.study_id == study_id)
+            # FOR NO KEY UPDATE: publishers wait for each other, inserts of trials (whose
+            # foreign key takes KEY SHARE on the row) do not wait for them.
+            .with_for_update(key_share=True)
         )
 
 

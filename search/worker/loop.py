@@ -490,9 +490,17 @@ class Worker:
             return
         self._published_at = time.monotonic()
         try:
-            publish_progress(self.storage, self.study)
+            if now:  # the last word of this worker: worth waiting a moment for the database
+                self._retry(
+                    lambda: publish_progress(self.storage, self.study),
+                    "write the study's budget for the dashboard",
+                    attempts=3,
+                )
+            else:
+                publish_progress(self.storage, self.study)
         except Exception as exc:
-            logger.debug("could not write the study's budget for the dashboard: %s", exc)
+            log = logger.warning if now else logger.debug
+            log("could not write the study's budget for the dashboard: %s", first_line(exc))
 
     def _record(self, claim: Claim, run: TrialRun, outcome: TrialOutcome, seconds: float) -> None:
         leftover = self._reports.end()  # written with the trial's end, in one transaction
