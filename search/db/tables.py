@@ -66,6 +66,21 @@ _FLOAT = sa.Float(precision=53)  # Optuna's FLOAT_PRECISION: a double
 
 # -- Optuna's tables (created and upgraded by Optuna's own migrations) --------------------------
 
+
+def _attribute_table(name: str, owner: str) -> sa.Table:
+    """One of Optuna's four attribute tables: a JSON value per (study or trial, key)."""
+    parent = "studies" if owner == "study" else "trials"
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column(f"{name.removesuffix('s')}_id", sa.Integer, primary_key=True),
+        sa.Column(f"{owner}_id", sa.Integer, sa.ForeignKey(f"{parent}.{owner}_id")),
+        sa.Column("key", _KEY),
+        sa.Column("value_json", sa.Text),
+        sa.UniqueConstraint(f"{owner}_id", "key"),
+    )
+
+
 studies = sa.Table(
     "studies",
     metadata,
@@ -73,25 +88,9 @@ studies = sa.Table(
     sa.Column("study_name", _KEY, nullable=False, unique=True),
 )
 
-study_system_attributes = sa.Table(
-    "study_system_attributes",
-    metadata,
-    sa.Column("study_system_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("study_id", sa.Integer, sa.ForeignKey("studies.study_id")),
-    sa.Column("key", _KEY),
-    sa.Column("value_json", sa.Text),
-    sa.UniqueConstraint("study_id", "key"),
-)
+study_system_attributes = _attribute_table("study_system_attributes", "study")
 
-study_user_attributes = sa.Table(
-    "study_user_attributes",
-    metadata,
-    sa.Column("study_user_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("study_id", sa.Integer, sa.ForeignKey("studies.study_id")),
-    sa.Column("key", _KEY),
-    sa.Column("value_json", sa.Text),
-    sa.UniqueConstraint("study_id", "key"),
-)
+study_user_attributes = _attribute_table("study_user_attributes", "study")
 
 trials = sa.Table(
     "trials",
@@ -137,25 +136,9 @@ trial_intermediate_values = sa.Table(
     sa.UniqueConstraint("trial_id", "step"),
 )
 
-trial_user_attributes = sa.Table(
-    "trial_user_attributes",
-    metadata,
-    sa.Column("trial_user_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer, sa.ForeignKey("trials.trial_id")),
-    sa.Column("key", _KEY),
-    sa.Column("value_json", sa.Text),
-    sa.UniqueConstraint("trial_id", "key"),
-)
+trial_user_attributes = _attribute_table("trial_user_attributes", "trial")
 
-trial_system_attributes = sa.Table(
-    "trial_system_attributes",
-    metadata,
-    sa.Column("trial_system_attribute_id", sa.Integer, primary_key=True),
-    sa.Column("trial_id", sa.Integer, sa.ForeignKey("trials.trial_id")),
-    sa.Column("key", _KEY),
-    sa.Column("value_json", sa.Text),
-    sa.UniqueConstraint("trial_id", "key"),
-)
+trial_system_attributes = _attribute_table("trial_system_attributes", "trial")
 
 # -- hpsearch's tables (search/db/migrations/versions/) ------------------------------------------
 
