@@ -71,14 +71,16 @@ def bound_ids(dialect: str, ids: Sequence[int]) -> Any:
 
 
 def upsert_attributes(
-    conn: Connection, table: sa.Table, trial_id: int, attrs: dict[str, Any]
+    conn: Connection, table: sa.Table, owner_id: int, attrs: dict[str, Any]
 ) -> None:
-    """Set trial attributes (user or system) as Optuna stores them: one JSON value per key."""
+    """Set attributes (a trial's or a study's, user or system: `table` says which) as Optuna
+    stores them: one JSON value per key."""
     if not attrs:
         return
+    owner = _owner(table).name
     conn.execute(
         _upsert_attribute(conn.dialect.name, table),
-        [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
+        [{owner: owner_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
     )
 
 
@@ -100,11 +102,16 @@ def write_intermediate_values(conn: Connection, trial_id: int, values: dict[int,
     )
 
 
+def _owner(table: sa.Table) -> sa.Column[Any]:
+    """An attribute table's trial_id or study_id column."""
+    return table.c.trial_id if "trial_id" in table.c else table.c.study_id
+
+
 @functools.cache
 def _upsert_attribute(dialect: str, table: sa.Table) -> Any:
     insert = insert_for(dialect, table)
     return insert.on_conflict_do_update(
-        index_elements=[table.c.trial_id, table.c.key],
+        index_elements=[_owner(table), table.c.key],
         set_={"value_json": insert.excluded.value_json},
     )
 

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import datetime
 import functools
-import json
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from search.db.statements import insert_for
 from search.db.storage import Storage
 from search.db.tables import (
     studies,
     study_system_attributes,
-    study_user_attributes,
     trial_intermediate_values,
     trials,
 )
@@ -27,7 +24,6 @@ __all__ = [
     "find_study_row",
     "hpsearch_study_names",
     "lock_study",
-    "set_study_user_attrs",
     "studies_with_more_trials_than",
     "study_activity",
     "study_names",
@@ -58,28 +54,6 @@ def lock_study(conn: Connection, study_id: int) -> None:
             # foreign key takes KEY SHARE on the row) do not wait for them.
             .with_for_update(key_share=True)
         )
-
-
-def set_study_user_attrs(conn: Connection, study_id: int, attrs: dict[str, Any]) -> None:
-    """Set study user attributes as Optuna stores them (one JSON value per key)."""
-    if attrs:
-        conn.execute(
-            _upsert_study_user_attr(conn.dialect.name),
-            [
-                {"study_id": study_id, "key": k, "value_json": json.dumps(v)}
-                for k, v in attrs.items()
-            ],
-        )
-
-
-@functools.cache
-def _upsert_study_user_attr(dialect: str) -> Any:
-    table = study_user_attributes
-    insert = insert_for(dialect, table)
-    return insert.on_conflict_do_update(
-        index_elements=[table.c.study_id, table.c.key],
-        set_={"value_json": insert.excluded.value_json},
-    )
 
 
 def study_names(storage: Storage) -> list[str]:

@@ -25,7 +25,6 @@ def budget_spent(
     settings: StudySettings,
     used: int | None,
     start: datetime.datetime | None,
-    now: datetime.datetime | None = None,
 ) -> dict[str, dict[str, float]] | None:
     """{"epochs": {budget, used, left}, "hours": {budget, used, left}} for the budgets the
     study has (None: it has none). `used`: epochs the fleet trained; `start`: the first trial's
@@ -41,7 +40,7 @@ def budget_spent(
             "left": max(0, settings.budget_epochs - used),
         }
     if settings.budget_hours is not None:
-        now = now or datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
         hours = 0.0 if start is None else max(0.0, (now - start).total_seconds() / 3600)
         out["hours"] = {
             "budget": settings.budget_hours,

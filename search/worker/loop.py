@@ -63,7 +63,6 @@ from search.worker.pause import (
     Promoter,
     StudyLimits,
     publish_progress,
-    publishes_progress,
 )
 from search.worker.provenance import launched_by
 from search.worker.report_writer import ReportWriter
@@ -148,7 +147,6 @@ class Worker:
         # Budgets and promotion-based ASHA (search/worker/pause.py); None: not configured.
         self._limits = StudyLimits(storage, study) if self.config.study.has_budget else None
         self._promoter = Promoter(storage, study) if self.config.pruner.pauses else None
-        self._publishes = publishes_progress(study)
         self._published_at = -math.inf
         self._stop_reason: str | None = None  # why report() last said stop
         self._paused_at: tuple[int, float] | None = None  # (rung, value) where it pauses
@@ -484,7 +482,7 @@ class Worker:
         """The budget used and left, and the paused trials, for the dashboard (the study's user
         attributes): after a trial, at most every PUBLISH_EVERY_S; `now` when leaving. A
         display: a failure to write it is logged, never a fault of the trial or the worker."""
-        if not self._publishes or self._gone is not None:
+        if (self._limits is None and self._promoter is None) or self._gone is not None:
             return
         if not now and time.monotonic() - self._published_at < PUBLISH_EVERY_S:
             return

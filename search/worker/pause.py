@@ -30,8 +30,10 @@ from typing import Any
 
 from search.db import budget, pauses
 from search.db.leases import Claim
+from search.db.statements import upsert_attributes
 from search.db.storage import Storage
-from search.db.studies import lock_study, set_study_user_attrs
+from search.db.studies import lock_study
+from search.db.tables import study_user_attributes
 from search.pruning.promotion import Paused, Rungs, RungTable
 from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
@@ -43,12 +45,12 @@ __all__ = [
     "Promoter",
     "StudyLimits",
     "publish_progress",
-    "publishes_progress",
 ]
 
 logger = logging.getLogger("search.worker.pause")
 
 CLAIM_RACES = 5
+"""Promotable trials a worker tries before giving up for this look (others resumed them)."""
 
 BUDGET_ATTR = "budget"
 """The study's user attribute: '340/5000 epochs (4660 left), 0.52/12 h (11.48 left)'."""
@@ -56,11 +58,6 @@ PAUSED_ATTR = "paused trials"
 """The study's user attribute: how many trials sit paused at a rung (pausing pruners)."""
 PUBLISH_EVERY_S = 5.0
 """A worker writes them at most this often (and when it leaves): the dashboard polls slower."""
-
-
-def publishes_progress(study: StudyRef) -> bool:
-    """Whether the study has something for `publish_progress` to show."""
-    return study.config.study.has_budget or study.config.pruner.pauses
 
 
 def publish_progress(storage: Storage, study: StudyRef) -> None:
@@ -80,7 +77,7 @@ def publish_progress(storage: Storage, study: StudyRef) -> None:
             attrs[BUDGET_ATTR] = budget_line(spent)
         if pausing:
             attrs[PAUSED_ATTR] = pauses.paused_count(conn, sid)
-        set_study_user_attrs(conn, sid, attrs)
+        upsert_attributes(conn, study_user_attributes, sid, attrs)
 
 
 class StudyLimits:
