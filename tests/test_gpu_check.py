@@ -1,4 +1,4 @@
-"""bench/gpu_check.py on a machine without a GPU: its CPU parts pass, it says what needs a
+"""bench/gpu/check.py on a machine without a GPU: its CPU parts pass, it says what needs a
 GPU, and it exits 0."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from tests.conftest import REPO
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine it runs the GPU checks")
 def test_gpu_check_runs_its_cpu_parts_and_says_it_needs_a_gpu() -> None:
     run = subprocess.run(
-        [sys.executable, "bench/gpu_check.py"],
+        [sys.executable, "-m", "bench.gpu.check"],
         cwd=REPO,
         capture_output=True,
         text=True,

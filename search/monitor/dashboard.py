@@ -58,7 +58,7 @@ NO_AUTH_WARNING = (
 
 
 LARGE_STUDY_TRIALS = 2000
-"""Above this many trials a study's page is slow to become usable (bench/dashboard.py)."""
+"""Above this many trials a study's page is slow to become usable (bench/systems/dashboard.py)."""
 
 
 def large_studies(storage: Storage) -> list[tuple[str, int]]:
@@ -129,7 +129,7 @@ def _scan_each_finished_trial_once(app: Any) -> bool:
     optuna-dashboard (0.21) keeps that summary per study and updates it from a cursor, the
     first unfinished trial; with no unfinished trial the cursor never moves, so every answer
     (every refresh of an open page) scans every trial again: half the time of a large
-    finished study's answer (bench/dashboard.py). Here the cursor moves past the finished
+    finished study's answer (bench/systems/dashboard.py). Here the cursor moves past the finished
     trials. Its internals are private: if they change, nothing is patched, and the dashboard
     only stays slower.
     """

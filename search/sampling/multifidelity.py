@@ -15,7 +15,7 @@ before every sample, in one of two ways (`mode`):
   (paused and running trials included); TPE ranks pruned trials by the epoch reached, then by
   the value there, below the complete ones.
 
-Which one hpsearch uses, and the settings, were measured in bench/efficiency.py on YAHPO's
+Which one hpsearch uses, and the settings, were measured in bench/efficiency/runner.py on YAHPO's
 LCBench surrogate (bench/BENCHMARKS.md, "Search efficiency"). `make_sampler` wraps TPE and GP in
 it when the pruner is hyperband, successive halving or asha.
 

@@ -46,7 +46,7 @@ LEARNS_FROM_RESULTS = frozenset({"tpe", "cmaes", "gp"})
 
 STARTUP_TRIALS = {"tpe": 10, "gp": 10, "cmaes": 1}
 """Finished trials these samplers need before they learn (Optuna's `n_startup_trials`
-defaults, passed by `make_sampler`; TPE's 10 was measured against 5 in bench/efficiency.py,
+defaults, passed by `make_sampler`; TPE's 10 was measured against 5 in bench/efficiency/runner.py,
 see bench/BENCHMARKS.md); until then they sample at random, so their queue can be as deep as
 random search's."""
 

@@ -1,10 +1,11 @@
-"""bench/efficiency.py's pieces: its statistics, the LCBench surrogate, and a surrogate study
+"""bench/efficiency/runner.py's pieces: its statistics, the LCBench surrogate, and a surrogate study
 through hpsearch's real path (workers, sampling, pruning, the database) on a tiny budget."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bench.efficiency_stats import Run, epochs_to, incumbents, speedup, speedup_ci, summarize
-from bench.lcbench import EPOCHS, LCBench, default_data_dir
+from bench.efficiency.lcbench import EPOCHS, LCBench, default_data_dir
+from bench.efficiency.stats import Run, epochs_to, incumbents, speedup, speedup_ci, summarize
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DATA = default_data_dir()
@@ -66,7 +67,7 @@ def test_lcbench_curve_is_the_surrogates_accuracy_and_runtime_per_trained_epoch(
 def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(
     storage_url: str, study_name: str, tmp_path
 ) -> None:
-    from bench.efficiency import default_strategy, hpsearch_study, study_config
+    from bench.efficiency.runner import default_strategy, hpsearch_study, study_config
 
     sampler, pruner = default_strategy()  # README's defaults
     budget = 150
@@ -88,9 +89,9 @@ def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(
 
 
 def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> None:
-    """bench/efficiency_variants.py's "chosen" row is the sampler hpsearch builds: if
+    """bench/efficiency/variants.py's "chosen" row is the sampler hpsearch builds: if
     make_sampler changes, the measurement that chose it no longer describes it."""
-    from bench.efficiency_variants import VARIANTS, make_variant
+    from bench.efficiency.variants import VARIANTS, make_variant
     from search.sampling.multifidelity import FidelitySampler
     from search.sampling.samplers import make_sampler
     from search.study.config import parse_config
@@ -125,8 +126,9 @@ def test_bad_flags_are_one_line_exit_2_and_nothing_written(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "efficiency.py"), *args, "--json", "out.json"],
+        [sys.executable, "-m", "bench.efficiency", *args, "--json", "out.json"],
         cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,
         timeout=120,

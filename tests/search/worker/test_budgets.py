@@ -298,7 +298,7 @@ def test_no_trial_sampled_ahead_outlives_a_study_whose_budget_ends(
     pg_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Trials sampled ahead in the background while the budget runs out are not left WAITING
-    after the study's end (the race behind bench/efficiency.py's leftover WAITING trials: the
+    after the study's end (the race behind bench/efficiency/runner.py's leftover WAITING trials: the
     end-of-study cleanup ran before a sampler thread's insert)."""
     suggest = sample_ahead.suggest
 

@@ -1,11 +1,11 @@
-"""The chaos soak, short: every fault at once on a real PostgreSQL (see bench/chaos.py)."""
+"""The chaos soak, short: every fault at once on a real PostgreSQL (see tests/soak/chaos.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.chaos import run_soak
+from tests.soak.chaos import run_soak
 
 
 def test_a_study_survives_every_fault_at_once(

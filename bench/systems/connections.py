@@ -1,6 +1,6 @@
 """How many PostgreSQL connections a fleet of N workers holds: sampled from pg_stat_activity.
 
-    python bench/connections.py --workers 1 4 8 --trials 24
+    python -m bench.systems.connections --workers 1 4 8 --trials 24
 
 For each N: a fresh database, a study of tiny trials (tests/search/tiny_task.py, Hyperband
 pruning, so the pruning thread reads too), N `hpsearch worker --device cpu` processes; every
@@ -23,8 +23,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 from search.db.migrate import upgrade  # noqa: E402
 from search.db.storage import engine_kwargs, open_storage  # noqa: E402

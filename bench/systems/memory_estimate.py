@@ -18,8 +18,8 @@ deterministic: one run per configuration is enough (time is not measured here). 
 second table sets one step on its own against the allocator: what kernels allocate inside
 themselves (scratch, not tensors) shows there.
 
-    python bench/memory_estimate.py                    # CPU: allocator and tensor counts
-    python bench/memory_estimate.py --device cuda:0    # GPU: cuda max_memory_allocated
+    python -m bench.systems.memory_estimate                    # CPU: allocator and tensor counts
+    python -m bench.systems.memory_estimate --device cuda:0    # GPU: cuda max_memory_allocated
 
 On a GPU it then caps the caching allocator (``torch.cuda.set_per_process_memory_fraction``)
 between what two of the trainer's plans need, trains, and compares the plan the trainer lands
@@ -33,12 +33,9 @@ import platform
 import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer import TrainConfig, train
 from trainer.memory import MemoryTarget, fit_memory, time_steps

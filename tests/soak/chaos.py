@@ -8,7 +8,7 @@ RUNNING or WAITING, there are exactly `n_trials`, and no trial ran in two places
 run of a trial's task logs when it starts and after every epoch; the runs of one trial must
 not overlap).
 
-    python bench/chaos.py --trials 60 --workers 6          # a longer soak (needs initdb, pg_ctl)
+    python -m tests.soak.chaos --trials 60 --workers 6  # a longer soak (needs initdb, pg_ctl)
 
 `tests/search/worker/test_chaos.py` runs a short one in CI.
 """
@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 POISON_X = 0.987654321
 """The x of the poisonous trial: its task kills its worker process at its first epoch's end."""

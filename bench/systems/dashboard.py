@@ -16,8 +16,8 @@ command, `optuna-dashboard URL`, as a user starts it) and `hpsearch dashboard`. 
   until the history chart shows the metric on its axis, then until the trial list shows
   "N Trials", each capped at --page-wait-s.
 
-    python bench/dashboard.py                        # 1,000 then 10,000 trials (~15 minutes)
-    python bench/dashboard.py --trials 2000 --page-wait-s 60
+    python -m bench.systems.dashboard  # 1,000 then 10,000 trials (~15 minutes)
+    python -m bench.systems.dashboard --trials 2000 --page-wait-s 60
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ import time
 import urllib.request
 import uuid
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sqlalchemy as sa
 
@@ -334,7 +332,7 @@ def run(n_trials: int, page_wait_s: float, browser: bool) -> dict[str, Any]:
         study_id, name = make_study(url, n_trials)
         print(f"study {name}: {n_trials} trials written in {time.perf_counter() - began:.1f} s")
         env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = repo
         bin_dir = os.path.dirname(sys.executable)
         plain_port, ours_port = free_port(), free_port()

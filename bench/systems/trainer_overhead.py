@@ -13,8 +13,8 @@ of the epoch times after epoch 1, so one-time setup (task, accelerator, first-to
 allocations) is left out of both. Wall-clock seconds are the figure; the process CPU seconds
 per epoch are printed too, being less disturbed by other work on a shared machine.
 
-    python bench/trainer_overhead.py                    # fp32, width 64, depth 3, batch 64
-    python bench/trainer_overhead.py --precision bf16   # both loops under bf16 autocast
+    python -m bench.systems.trainer_overhead                    # fp32, width 64, depth 3, batch 64
+    python -m bench.systems.trainer_overhead --precision bf16   # both loops under bf16 autocast
 """
 
 from __future__ import annotations
@@ -25,14 +25,10 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainer import TrainConfig, train
 from trainer.loop import WARMUP_FRACTION

@@ -47,7 +47,7 @@ def default_data_dir() -> Path:
     env = os.environ.get("YAHPO_DATA")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     return repo.parent / "shared" / "bench-data" / "yahpo_data"
 
 

@@ -5,7 +5,7 @@ study with `[tracking] mlflow` (one worker, tests/search/tiny_task.py, median pr
 trial preempted by SIGTERM and resumed by a second worker), opens the experiment's page in
 headless Chromium and saves what it renders:
 
-    python bench/mlflow_screenshot.py --out docs/mlflow-runs.png
+    python -m bench.systems.mlflow_screenshot --out docs/mlflow-runs.png
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlflow.tracking import MlflowClient
 

@@ -16,7 +16,7 @@ On a machine without CUDA it runs what a CPU can (3 on the CPU: stop, resume, id
 metrics; the ``--gpus all`` plan for ``CUDA_VISIBLE_DEVICES=2,3``), says the rest needs a GPU,
 and exits 0. Exit 1 when a check fails.
 
-    python bench/gpu_check.py            # prints one table; --quick: fewer timed steps
+    python -m bench.gpu.check            # prints one table; --quick: fewer timed steps
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 from search.worker.launcher import child_plans  # noqa: E402
 from trainer import DirectoryCheckpointStore, Task, TrainConfig, train  # noqa: E402
@@ -231,7 +229,7 @@ def check_gpus_all(count: int) -> list[Row]:
         config = Path(directory) / "probe.toml"
         config.write_text(
             '[study]\nname = "gpu-check"\nn_trials = 6\nsampler = "random"\n'
-            '[pruner]\ntype = "none"\n[task]\nname = "bench.gpu_check:probe_task"\nepochs = 1\n'
+            '[pruner]\ntype = "none"\n[task]\nname = "bench.gpu.check:probe_task"\nepochs = 1\n'
             '[space]\nlr = { type = "float", low = 1e-4, high = 1e-2, log = true }\n'
         )
         env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES=visible)
@@ -310,7 +308,7 @@ def main() -> int:
     for name, result, detail, passed in rows:
         mark = {True: "ok", False: "FAIL", None: "--"}[passed]
         print(f"{name:<{width}}  {result}  [{mark}]\n{'':<{width}}    {detail}")
-    print(f"\n{time.perf_counter() - started:.0f} s; command: python bench/gpu_check.py")
+    print(f"\n{time.perf_counter() - started:.0f} s; command: python -m bench.gpu.check")
     if gpus == 0:
         print("This machine has no CUDA GPU: the GPU checks need one (exit 0: CPU parts ran).")
     return 1 if any(r[3] is False for r in rows) else 0

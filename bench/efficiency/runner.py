@@ -1,16 +1,17 @@
 """Search efficiency at equal compute: epochs until a strategy finds what random search finds.
 
-    python bench/efficiency.py                                  # lcbench, 3 instances, 10 seeds
-    python bench/efficiency.py --instances 189906 --seeds 3 --strategies random,default
-    python bench/efficiency.py --workers 8 --strategies random,default
-    python bench/efficiency.py --benchmark digits --budget-epochs 1350 --seeds 5
+    python -m bench.efficiency                                  # lcbench, 3 instances, 10 seeds
+    python -m bench.efficiency --instances 189906 --seeds 3 --strategies random,default
+    python -m bench.efficiency --workers 8 --strategies random,default
+    python -m bench.efficiency --benchmark digits --budget-epochs 1350 --seeds 5
 
 Benchmarks:
 
-- ``lcbench``: YAHPO Gym's surrogate of LCBench (bench/lcbench.py; `pip install -e '.[bench]'`,
+- ``lcbench``: YAHPO Gym's surrogate of LCBench (bench/efficiency/lcbench.py; `pip install -e
+'.[bench]'`,
   data in `--data`, default `$YAHPO_DATA`, else ../shared/bench-data/yahpo_data next to the
   repository). A trial "trains" 50 epochs; epoch e's score is the surrogate's validation accuracy.
-- ``digits``: real training of bench/efficiency_task.py (an MLP on 600 digits images), 27 epochs
+- ``digits``: real training of bench/efficiency/task.py (an MLP on 600 digits images), 27 epochs
   a trial, through hpsearch's own trainer.
 
 Every study has a budget of `--budget-epochs` trained epochs (every epoch counts, pruned and
@@ -25,15 +26,15 @@ paused trials' too). Strategies:
   pruner of examples/digits.toml, README's defaults), ``random`` (no pruning: the reference),
   ``tpe``, ``tpe-hyperband``, ``random-hyperband``, ``tpe-asha``, ``random-asha``,
   ``tpe-hyperband-promotion``.
-- plain Optuna 5.0, in this process (bench/efficiency_sim.py; lcbench only):
+- plain Optuna 5.0, in this process (bench/efficiency/simulate.py; lcbench only):
   ``optuna-random``, ``optuna-tpe`` (no pruning), ``optuna-tpe-hyperband`` (min 1, eta 3),
   ``optuna-tpe-median``, ``optuna-random-hyperband``.
 - ``sim-*``: promotion ASHA simulated in this process on a simulated clock with a real Optuna
-  sampler (bench/efficiency_sim.py), to explore settings quickly: ``sim-random-asha``,
+  sampler (bench/efficiency/simulate.py), to explore settings quickly: ``sim-random-asha``,
   ``sim-tpe-asha`` (TPE seeing paused trials as running), ``sim-rung-asha`` and
   ``sim-rank-asha`` (TPE behind search/sampling/multifidelity.py).
 
-The measure (bench/efficiency_stats.py): a study's incumbent at epoch e is its best fully
+The measure (bench/efficiency/stats.py): a study's incumbent at epoch e is its best fully
 trained trial (all epochs) finished by then; speedup = budget / the first epoch at which a
 strategy's mean incumbent over seeds reaches `random`'s mean final value in the same run, with a
 90% bootstrap interval over seeds. The JSON (`--json`) holds per instance and strategy the final
@@ -61,10 +62,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
-from bench.efficiency_stats import Run, summarize  # noqa: E402
+from bench.efficiency.stats import Run, summarize  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -126,12 +126,12 @@ def study_config(
     from search.study.config import parse_config
 
     if benchmark == "lcbench":
-        from bench.lcbench import EPOCHS, SPACE
+        from bench.efficiency.lcbench import EPOCHS, SPACE
 
-        task = {"name": "bench.efficiency_task:make_task", "epochs": EPOCHS}
+        task = {"name": "bench.efficiency.task:make_task", "epochs": EPOCHS}
         space = SPACE
     else:
-        task = {"name": "bench.efficiency_task:make_task", "epochs": DIGITS_EPOCHS}
+        task = {"name": "bench.efficiency.task:make_task", "epochs": DIGITS_EPOCHS}
         space = {
             "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
             "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
@@ -226,7 +226,7 @@ class SurrogateTrial:
     stop_worker: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
-        from bench.lcbench import LCBench
+        from bench.efficiency.lcbench import LCBench
 
         self.bench = LCBench(self.instance, self.data)
 
@@ -396,7 +396,7 @@ def hpsearch_study(
         from search.db.migrate import upgrade
 
         upgrade(storage)  # the benchmark's own database: it is its admin
-    set_up_study(storage, config, ["bench/efficiency.py"])
+    set_up_study(storage, config, ["bench/efficiency/runner.py"])
     storage.close()
     log_path = os.path.join(tmp, f"{config.study.name}.log")
     budget = None if has_epoch_budget() else config.study.n_trials  # the bench's own count
@@ -454,8 +454,8 @@ def run_job(job: Job) -> Run:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
     if job.strategy in OPTUNA or job.strategy in SIM:
-        from bench.efficiency_sim import asha_study, optuna_study
-        from bench.lcbench import LCBench
+        from bench.efficiency.lcbench import LCBench
+        from bench.efficiency.simulate import asha_study, optuna_study
 
         bench = LCBench(job.instance, job.data)
         if job.strategy in OPTUNA:
@@ -599,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     instances = ["digits"] if digits else args.instances.split(",")
     data = args.data or os.environ.get("YAHPO_DATA")
     if not digits and not args.report_only:
-        from bench.lcbench import LCBench, default_data_dir
+        from bench.efficiency.lcbench import LCBench, default_data_dir
 
         data = data or str(default_data_dir())
         try:
@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     out: dict[str, Any] = {
         "command": " ".join(
-            ["python", "bench/efficiency.py", *(argv if argv is not None else sys.argv[1:])]
+            ["python", "bench/efficiency/runner.py", *(argv if argv is not None else sys.argv[1:])]
         ),
         "benchmark": args.benchmark,
         "budget_epochs": budget,
@@ -712,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {med if med is not None else '-'} | {s['trials_mean']:.0f} |"
             )
         out["instances"][instance] = {"target": target, "target_from": where, "strategies": table}
-    path = Path(args.json or REPO / "bench" / f"efficiency-{args.benchmark}.json")
+    path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwritten {path}")
     return 0

@@ -22,9 +22,9 @@ database: "steady" starts when every worker process has imported its libraries a
 processes are spawned, so it adds start-up (imports, connections), a one-time cost per worker
 that a real study of hours amortizes. The processes' own exit after that is reported as exit_s.
 
-    python bench/scheduler.py                       # N=320, W=1,8,32 (about 25 minutes)
-    python bench/scheduler.py --workers 8,32 --trials 320 --sampler tpe
-    python bench/scheduler.py --workers 4 --trials 1000 --steps 3 --step-s 0.01   # at scale
+    python -m bench.systems.scheduler                       # N=320, W=1,8,32 (about 25 minutes)
+    python -m bench.systems.scheduler --workers 8,32 --trials 320 --sampler tpe
+    python -m bench.systems.scheduler --workers 4 --trials 1000 --steps 3 --step-s 0.01   # at scale
 
 With short trials the figure that matters is the coordination cost per trial:
 overhead_ms_per_trial = (wall * W / N - steps * step_s), and the CPU per trial (the workers'
@@ -46,8 +46,6 @@ import sys
 import time
 import uuid
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STEPS, STEP_S = 10, 0.1
 """Default trial shape: 10 reports, 0.1 s apart."""

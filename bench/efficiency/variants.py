@@ -1,12 +1,12 @@
-"""Sampler settings under promotion ASHA, compared in the simulation (bench/efficiency_sim.py).
+"""Sampler settings under promotion ASHA, compared in the simulation (bench/efficiency/simulate.py).
 
 How the settings of `search/sampling/multifidelity.py` were chosen (bench/BENCHMARKS.md,
 "Which sampler learns across fidelities"): each variant is TPE behind `FidelitySampler`,
 run by `asha_study` (promotion ASHA, min 1, eta 3, on a simulated clock) on YAHPO's LCBench
 surrogate; the target is the mean final of hpsearch's random search from an efficiency.py
-cache (`--reference`, e.g. bench/efficiency-lcbench.jsonl).
+cache (`--reference`, e.g. bench/results/efficiency-lcbench.jsonl).
 
-    python bench/efficiency_variants.py --instances 189906,167168,189873 --seeds 10 \
+    python -m bench.efficiency.variants --instances 189906,167168,189873 --seeds 10 \
         --variants base,univariate,univariate-rank,univariate-min20,chosen --workers 1
 
 Studies are appended to `--cache` (JSON lines) and reused from it.
@@ -19,19 +19,17 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 import numpy as np  # noqa: E402
 import optuna  # noqa: E402
 
-from bench.efficiency import _read_cache  # noqa: E402
-from bench.efficiency_stats import Run, summarize  # noqa: E402
+from bench.efficiency.runner import _read_cache  # noqa: E402
+from bench.efficiency.stats import Run, summarize  # noqa: E402
 
 BUDGET = 5000
 
@@ -102,8 +100,8 @@ def _job(args: tuple[str, str, int, int, str | None]) -> tuple[str, str, int, in
     instance, name, seed, workers, data = args
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from bench.efficiency_sim import asha_study
-    from bench.lcbench import LCBench
+    from bench.efficiency.lcbench import LCBench
+    from bench.efficiency.simulate import asha_study
 
     sampler = make_variant(VARIANTS[name], seed)
     run = asha_study(LCBench(instance, data).curve, sampler, BUDGET, seed, workers=workers)
@@ -118,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--data", default=None)
-    parser.add_argument("--reference", default=str(REPO / "bench" / "efficiency-lcbench.jsonl"))
-    parser.add_argument("--cache", default=str(REPO / "bench" / "efficiency-variants.jsonl"))
+    parser.add_argument(
+        "--reference", default=str(REPO / "bench" / "results" / "efficiency-lcbench.jsonl")
+    )
+    parser.add_argument(
+        "--cache", default=str(REPO / "bench" / "results" / "efficiency-variants.jsonl")
+    )
     args = parser.parse_args(argv)
     instances, names = args.instances.split(","), args.variants.split(",")
     reference = _read_cache(args.reference)  # efficiency.py's studies, by its cache key

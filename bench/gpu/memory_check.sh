@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU paths of the memory estimate and the memory check, on one GPU, in one run (~5 min).
-# Run from the repository root on a machine with CUDA: bash bench/gpu_memory_check.sh
+# Run from the repository root on a machine with CUDA: bash bench/gpu/memory_check.sh
 #
 # 1. The dry run on fake CUDA tensors (CUDA's autocast, foreach AdamW, 512-byte rounding)
 #    against torch.cuda.max_memory_allocated of real steps; then real CUDA out-of-memory
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA here'; print(torch.cuda.get_device_name(0))"
 
 echo "== 1. estimate against real steps"
-python bench/memory_estimate.py --device cuda:0
+python -m bench.systems.memory_estimate --device cuda:0
 
 echo "== 2. hpsearch estimate --device cuda:0"
 python -m search estimate examples/digits.toml --device cuda:0

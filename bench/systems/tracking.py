@@ -10,7 +10,7 @@ tracking, it includes sending what is still queued when the study ends, at most 
 progress). And the cost of one report call on the training thread: the worker's callback
 wrapped by the trackers' (5000 calls).
 
-    python bench/tracking.py --repeats 5
+    python -m bench.systems.tracking --repeats 5
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import optuna
 

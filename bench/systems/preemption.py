@@ -16,7 +16,7 @@ study runs on one worker: that start-up is part of what a preemption costs.
 Wall time runs from the workers' start to the study's last trial recorded finished. Each
 variant runs `--repeats` times, interleaved; mean and standard deviation are reported.
 
-    python bench/preemption.py                 # 3 repeats, grace 5 s (about 10 minutes)
+    python -m bench.systems.preemption                 # 3 repeats, grace 5 s (about 10 minutes)
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 [study]
@@ -65,7 +64,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
     import optuna
     import sqlalchemy as sa
 
-    from bench.scheduler import last_finished_utc
+    from bench.systems.scheduler import last_finished_utc
     from search.db.storage import open_storage
     from search.sampling.sample_ahead import queue_first_trials
     from search.study.config import load_config
@@ -185,7 +184,7 @@ def checkpoint_costs(url: str, repeats: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    from bench.scheduler import BENCH_STORAGE, _ensure_database
+    from bench.systems.scheduler import BENCH_STORAGE, _ensure_database
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storage", default=BENCH_STORAGE)

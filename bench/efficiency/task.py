@@ -1,4 +1,4 @@
-"""The task of bench/efficiency.py: a small MLP on 600 of the digits images, flattened.
+"""The task of bench/efficiency/runner.py: a small MLP on 600 of the digits images, flattened.
 
 Cheap enough that a benchmark of thousands of epochs runs in minutes on a CPU (a few
 milliseconds an epoch), and a task where tuning matters: with AdamW over a wide log-scale

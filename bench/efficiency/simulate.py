@@ -1,4 +1,5 @@
-"""In-process studies on a surrogate, for bench/efficiency.py: plain Optuna, and a simulation of
+"""In-process studies on a surrogate, for bench/efficiency/runner.py: plain Optuna, and a
+simulation of
 promotion-based ASHA (Li et al. 2020) on a simulated clock, to choose settings quickly.
 
 `optuna_study` is plain Optuna 5.0 in one process, as its docs run it: `study.ask()`, report
@@ -25,8 +26,8 @@ import numpy as np
 import optuna
 from optuna.trial import TrialState
 
-from bench.efficiency_stats import Run
-from bench.lcbench import EPOCHS, SPACE, Curve
+from bench.efficiency.lcbench import EPOCHS, SPACE, Curve
+from bench.efficiency.stats import Run
 
 __all__ = ["asha_study", "make_optuna_sampler", "optuna_study", "rungs", "suggest_space"]
 

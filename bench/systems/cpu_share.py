@@ -14,7 +14,7 @@ Reported: the study's wall time (workers' start to the last one's exit) and the 
 epoch of its trials (each trial's wall_seconds / epochs_trained, mean over the trials), mean
 and standard deviation over `--repeats`, variants interleaved (order flipped each repeat).
 
-    python bench/cpu_share.py --workers 1,2,4 --trials 8 --epochs 3 --repeats 2
+    python -m bench.systems.cpu_share --workers 1,2,4 --trials 8 --epochs 3 --repeats 2
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 CONFIG = """
 [study]

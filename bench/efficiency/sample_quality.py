@@ -13,8 +13,8 @@ so that W workers really run side by side. Workers are threads of this process (
 each with its own connection pool and sampler; Optuna: `study.optimize(n_jobs=W)` on its RDB
 storage): the figure is about what the samplers see, not about speed.
 
-    python bench/sample_quality.py                          # N=60, W=1 and 8, seeds 0-4
-    python bench/sample_quality.py --trials 80 --seeds 10
+    python -m bench.efficiency.sample_quality                          # N=60, W=1 and 8, seeds 0-4
+    python -m bench.efficiency.sample_quality --trials 80 --seeds 10
 """
 
 from __future__ import annotations
@@ -22,18 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import sys
 import threading
 import time
 import uuid
 import warnings
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.scheduler import BENCH_STORAGE, _ensure_database
+from bench.systems.scheduler import BENCH_STORAGE, _ensure_database
 
 STEPS = 3
 

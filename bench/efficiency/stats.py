@@ -1,4 +1,4 @@
-"""The statistics of bench/efficiency.py: incumbents against epochs, speedup, bootstrap CI.
+"""The statistics of bench/efficiency/runner.py: incumbents against epochs, speedup, bootstrap CI.
 
 A run (one study, one seed) is its list of fully trained trials, each as (the study's cumulative
 trained epochs when it finished, its value), and the epochs it spent. Its incumbent at epoch e is

@@ -1,0 +1,1 @@
+"""efficiency benchmarks (run each as `python -m bench.efficiency.NAME`)."""

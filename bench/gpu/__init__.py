@@ -1,0 +1,1 @@
+"""gpu benchmarks (run each as `python -m bench.gpu.NAME`)."""

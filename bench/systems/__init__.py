@@ -1,0 +1,1 @@
+"""systems benchmarks (run each as `python -m bench.systems.NAME`)."""
