@@ -48,7 +48,6 @@ __all__ = [
     "pause",
     "paused_count",
     "rank_at_rung",
-    "record_rung",
     "rung_rows",
 ]
 
@@ -160,12 +159,6 @@ def _promotable_statement(maximize: bool, draining: bool) -> sa.Select:
     )
 
 
-def record_rung(storage: Storage, claim: Claim, bracket: int, level: int, value: float) -> None:
-    """Record the trial's value at a rung it passes without pausing (promoted at once)."""
-    with storage.autocommit() as conn:
-        _upsert_rung(conn, claim, bracket, level, value, paused=False)
-
-
 def pass_rung_if_promotable(
     storage: Storage,
     claim: Claim,
@@ -176,17 +169,24 @@ def pass_rung_if_promotable(
     maximize: bool,
     eta: int,
 ) -> bool:
-    """At a rung: if the trial ranks in the top floor((n + 1) / eta) of the n trials recorded
-    there and itself, record it there (going on at once) and return True; else write nothing
-    and return False (it pauses). One statement: the rank and the write together."""
+    """At a rung: if the trial ranks in the top floor(n / eta) of the n trials competing there
+    (those recorded and itself, counted once: a row it recorded there before is replaced), record
+    it there (going on at once) and return True; else write nothing and return False (it pauses).
+    One statement: the rank and the write together. `RungTable.goes_on`'s rule, in SQL;
+    `tests/search/db/test_promotion_rule.py` checks they agree."""
     r = trial_rungs
-    at_rung = sa.and_(r.c.study_id == claim.study_id, r.c.bracket == bracket, r.c.level == level)
+    others = sa.and_(
+        r.c.study_id == claim.study_id,
+        r.c.bracket == bracket,
+        r.c.level == level,
+        r.c.trial_id != claim.trial_id,
+    )
     if math.isnan(value):
         better = r.c.value.is_not(None)
     else:
         better = r.c.value > value if maximize else r.c.value < value
-    n_better = sa.select(sa.func.count()).where(at_rung, better).scalar_subquery()
-    n_recorded = sa.select(sa.func.count()).where(at_rung).scalar_subquery()
+    n_better = sa.select(sa.func.count()).where(others, better).scalar_subquery()
+    n_others = sa.select(sa.func.count()).where(others).scalar_subquery()
     row = sa.select(
         sa.literal(claim.trial_id),
         sa.literal(level),
@@ -194,7 +194,7 @@ def pass_rung_if_promotable(
         sa.literal(bracket),
         sa.literal(None if math.isnan(value) else value, sa.Float(53)),
         sa.false(),
-    ).where(n_better < (n_recorded + 1) // eta)
+    ).where(n_better < (n_others + 1) // eta)
     with storage.autocommit() as conn:
         insert = insert_for(conn.dialect.name, r).from_select(
             ["trial_id", "level", "study_id", "bracket", "value", "paused"], row

@@ -29,6 +29,8 @@ Example::
     True
     >>> table.is_promotable(0, 1, 0.6, reduction_factor=3)
     False
+    >>> table.goes_on(3, 0, 1, 0.8, reduction_factor=3)   # a 4th arrives: top 1 of 4
+    True
     >>> paused = [Paused(trial_id=1, bracket=0, level=1, value=0.7)]
     >>> table.next_to_resume(paused, reduction_factor=3).trial_id
     1
@@ -57,7 +59,11 @@ class Rungs:
     """1 for ASHA; Hyperband: up to `max_brackets()`."""
 
     def levels(self, bracket: int = 0) -> list[int]:
-        """Rung levels of `bracket`, in epochs, below max_resource (a trial pauses at each)."""
+        """Rung levels of `bracket`, in epochs, below max_resource: where a trial pauses (or a
+        stopping pruner may stop it). Not max_resource itself: a trial that reaches it has
+        completed, there is nothing left to promote it to or save by stopping it (syne-tune's
+        rung levels lie below max_t too). Every rung list of the search is this one: the
+        worker's (`search.pruning.pruners.rung_steps`) and the promoter's."""
         out, level = [], self.min_resource * self.reduction_factor**bracket
         while level < self.max_resource:
             out.append(level)
@@ -122,11 +128,18 @@ def promotable_count(recorded: int, reduction_factor: int, *, draining: bool = F
 @dataclass
 class RungTable:
     """The values recorded at each (bracket, rung level): every trial that reached the rung,
-    paused, promoted, or stopped there since. Kept sorted; `record` is idempotent per trial."""
+    paused, promoted, or stopped there since. Kept sorted; `record` is idempotent per trial.
+
+    The one statement of the rule. Where the decision must be taken in the database (atomic
+    across workers), `search.db.pauses` restates it in SQL, and
+    `tests/search/db/test_promotion_rule.py` checks the SQL against this class on generated
+    rung tables. Optuna's stopping successive halving ranks on the same table
+    (`search.pruning.view`), with Optuna's own thresholds.
+    """
 
     maximize: bool
-    _scores: dict[tuple[int, int], list[float]] = field(default_factory=dict)
-    _seen: dict[tuple[int, int], dict[int, float]] = field(default_factory=dict)
+    _scores: dict[tuple[int, int], list[tuple[int, float]]] = field(default_factory=dict)
+    _seen: dict[tuple[int, int], dict[int, tuple[int, float]]] = field(default_factory=dict)
 
     def record(self, trial_id: int, bracket: int, level: int, value: float) -> None:
         key = (bracket, level)
@@ -148,6 +161,17 @@ class RungTable:
         scores = self._scores.get((bracket, level), [])
         return len(scores) - bisect.bisect_right(scores, self._score(value))
 
+    def standing(self, trial_id: int, bracket: int, level: int, value: float) -> tuple[int, int]:
+        """(trials competing at the rung, how many of them are strictly better than `value`),
+        the trial counted once, with `value`: a value it recorded there before is replaced,
+        not a competitor."""
+        own = self._seen.get((bracket, level), {}).get(trial_id)
+        competing = self.recorded(bracket, level) + (0 if own is not None else 1)
+        better = self.rank(bracket, level, value)
+        if own is not None and own > self._score(value):
+            better -= 1
+        return competing, better
+
     def is_promotable(
         self,
         bracket: int,
@@ -156,14 +180,23 @@ class RungTable:
         *,
         reduction_factor: int,
         draining: bool = False,
-        include: bool = False,
     ) -> bool:
-        """Whether a trial with `value` at the rung ranks in its top 1/reduction_factor.
-        `include`: count the trial as recorded too (it is not in the table yet)."""
-        n = self.recorded(bracket, level) + (1 if include else 0)
+        """Whether a trial recorded at the rung with `value` ranks in its top
+        1/reduction_factor (`promotable_count`)."""
+        n = self.recorded(bracket, level)
         return self.rank(bracket, level, value) < promotable_count(
             n, reduction_factor, draining=draining
         )
+
+    def goes_on(
+        self, trial_id: int, bracket: int, level: int, value: float, *, reduction_factor: int
+    ) -> bool:
+        """A trial arriving at a rung with `value`: whether it ranks in the top
+        floor(n / reduction_factor) of the rung, counted with the trials recorded there (once:
+        `standing`), and so goes on at once rather than pause (the promotion a free worker
+        would make next anyway)."""
+        competing, better = self.standing(trial_id, bracket, level, value)
+        return better < promotable_count(competing, reduction_factor)
 
     def next_to_resume(
         self, paused: Iterable[Paused], *, reduction_factor: int, draining: bool = False
@@ -180,10 +213,14 @@ class RungTable:
         ]
         if not candidates:
             return None
-        return min(candidates, key=lambda p: (-p.level, -self._score(p.value), p.trial_id))
+        return min(candidates, key=lambda p: (-p.level, _negated(self._score(p.value)), p.trial_id))
 
-    def _score(self, value: float) -> float:
-        """Higher is better; NaN is worst."""
+    def _score(self, value: float) -> tuple[int, float]:
+        """Higher is better; NaN is worst, below every number (infinities included)."""
         if math.isnan(value):
-            return -math.inf
-        return value if self.maximize else -value
+            return (0, 0.0)
+        return (1, value if self.maximize else -value)
+
+
+def _negated(score: tuple[int, float]) -> tuple[int, float]:
+    return (-score[0], -score[1])

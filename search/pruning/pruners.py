@@ -7,7 +7,7 @@ Example::
 
     >>> from search.study.config import PrunerSettings
     >>> rung_steps(PrunerSettings(type="hyperband", min_resource=1, reduction_factor=3), 27)
-    [1, 3, 9, 27]
+    [1, 3, 9]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import optuna
 
+from search.pruning.promotion import Rungs
 from search.study.config import PrunerSettings, StudyConfig
 
 __all__ = ["HyperbandPruner", "make_pruner", "rung_steps"]
@@ -79,14 +80,12 @@ def rung_steps(pruner: PrunerSettings, epochs: int) -> list[int] | None:
     """Epochs at which the pruner can stop a trial; None: at any epoch.
 
     Successive halving (and each Hyperband bracket) only decides at rungs,
-    min_resource * reduction_factor**k; at other epochs a report needs no pruning query.
+    min_resource * reduction_factor**k; at other epochs a report needs no pruning query. The
+    rungs are `Rungs.levels`, the promoter's: below `epochs` (a trial that reaches it has
+    completed; the worker asks no pruner there).
     """
     if pruner.type == "none" or pruner.pauses:
         return []  # promotion-based ASHA pauses instead (search.worker.pause)
     if pruner.type == "median":
         return None
-    steps, step = [], pruner.min_resource
-    while step <= epochs:
-        steps.append(step)
-        step *= pruner.reduction_factor
-    return steps
+    return Rungs(pruner.min_resource, pruner.reduction_factor, epochs).levels(0)

@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import bisect
 import copy
 import json
 import logging
@@ -52,6 +51,7 @@ from search.db.trial_changes import (
     read_changed_trials,
     read_curves,
 )
+from search.pruning.promotion import RungTable
 from search.pruning.pruners import HyperbandPruner, make_pruner
 from search.study.studies import StudyRef
 from search.study.view import StudyFactsStorage
@@ -265,43 +265,28 @@ class PruningStorage(StudyFactsStorage):
 
 
 class RungValues:
-    """Per Hyperband bracket and rung, the sorted values of the trials that completed it: what
-    successive halving compares a trial's value with, kept sorted as values arrive."""
+    """Per Hyperband bracket and rung, the values of the trials that completed it, on a
+    `RungTable` (the rung table promotion-based ASHA ranks on too): what successive halving
+    compares a trial's value with, kept sorted as values arrive."""
 
-    def __init__(self, bracket_of: Callable[[int], int]) -> None:
+    def __init__(self, bracket_of: Callable[[int], int], *, maximize: bool) -> None:
         self._bracket_of = bracket_of  # trial number -> bracket
-        self._sorted: dict[tuple[int, str], list[float]] = {}
-        self._known: dict[tuple[int, str], float] = {}  # (trial id, rung key) -> value
+        self._table = RungTable(maximize=maximize)
 
     def add(self, trial_id: int, number: int, key: str, value: Any) -> None:
         """Record a trial's value at a rung (again: no change; changed: replaced)."""
         if not isinstance(value, (int, float)) or math.isnan(value):
             return  # successive halving prunes a NaN before recording it
-        old = self._known.get((trial_id, key))
-        if old == value:
-            return
-        values = self._sorted.setdefault((self._bracket_of(number), key), [])
-        if old is not None:
-            del values[bisect.bisect_left(values, old)]
-        bisect.insort(values, float(value))
-        self._known[(trial_id, key)] = float(value)
+        self._table.record(trial_id, self._bracket_of(number), _rung(key), float(value))
 
-    def rank(
-        self, trial_id: int, number: int, key: str, value: float, maximize: bool
-    ) -> tuple[int, int]:
+    def rank(self, trial_id: int, number: int, key: str, value: float) -> tuple[int, int]:
         """(competing values, how many of them are strictly better than `value`): the trial's
         own value counted once, as successive halving counts it."""
-        values = self._sorted.get((self._bracket_of(number), key), [])
-        own = self._known.get((trial_id, key))
-        competing = len(values) + (0 if own is not None else 1)
-        better = (
-            len(values) - bisect.bisect_right(values, value)
-            if maximize
-            else (bisect.bisect_left(values, value))
-        )
-        if own is not None and own != value and (own > value if maximize else own < value):
-            better -= 1  # its own older value is not a competitor
-        return competing, better
+        return self._table.standing(trial_id, self._bracket_of(number), _rung(key), value)
+
+
+def _rung(key: str) -> int:
+    return int(key.removeprefix(RUNG_PREFIX))
 
 
 class Pruner:
@@ -323,7 +308,7 @@ class Pruner:
         self._maximize = study.config.study.direction == "maximize"
         self._rung_values: RungValues | None = None
         if isinstance(self.pruner, (HyperbandPruner, optuna.pruners.SuccessiveHalvingPruner)):
-            self._rung_values = RungValues(self._bracket_of)
+            self._rung_values = RungValues(self._bracket_of, maximize=self._maximize)
             self.view.on_rung_value = self._rung_values.add
         self._refresh_s = refresh_s
         self._active = False  # a trial is running: keep its view fresh
@@ -438,7 +423,7 @@ class Pruner:
             if math.isnan(value):
                 return True
             key = f"{RUNG_PREFIX}{rung}"
-            competing, better = self._rung_values.rank(trial_id, number, key, value, self._maximize)
+            competing, better = self._rung_values.rank(trial_id, number, key, value)
             self.view.set_trial_system_attr(trial_id, key, value)
             if competing <= halving._bootstrap_count:
                 return True

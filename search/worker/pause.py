@@ -34,7 +34,7 @@ from search.db.statements import upsert_attributes
 from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
-from search.pruning.promotion import Paused, Rungs, RungTable
+from search.pruning.promotion import Rungs
 from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
 
@@ -225,14 +225,3 @@ class Promoter:
             eta=self.eta,
             draining=draining,
         )
-
-    def read(self) -> tuple[RungTable, list[Paused]]:
-        """The whole rung table and the paused trials, for inspection (decisions are made in
-        the database by the same rule: `search.db.pauses.next_promotable`)."""
-        table = RungTable(maximize=self.maximize)
-        paused = []
-        for row in pauses.rung_rows(self.storage, self.study.study_id):
-            table.record(row.trial_id, row.bracket, row.level, row.value)
-            if row.paused:
-                paused.append(Paused(row.trial_id, row.bracket, row.level, row.value))
-        return table, paused

@@ -73,8 +73,8 @@ def test_a_trial_arriving_at_a_rung_goes_on_at_once_when_it_ranks_in_the_top() -
     for trial_id, value in enumerate([0.1, 0.2]):
         table.record(trial_id, 0, 1, value)
     # Counted with the two before it, the third ranks first of three.
-    assert table.is_promotable(0, 1, 0.3, reduction_factor=3, include=True)
-    assert not table.is_promotable(0, 1, 0.15, reduction_factor=3, include=True)
+    assert table.goes_on(2, 0, 1, 0.3, reduction_factor=3)
+    assert not table.goes_on(2, 0, 1, 0.15, reduction_factor=3)
 
 
 def test_the_highest_rung_is_resumed_first_then_the_best_value() -> None:
