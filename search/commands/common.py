@@ -36,6 +36,7 @@ __all__ = [
     "grace_seconds",
     "positive_int",
     "storage_url",
+    "whole_number",
     "worker_options",
 ]
 
@@ -173,7 +174,17 @@ def from_value_error(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def whole_number(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from search.commands.common import SCHEMA_HELP, STORAGE_HELP
+from search.commands.common import SCHEMA_HELP, STORAGE_HELP, positive_int, whole_number
 from search.db.migrate import check_schema
 from search.db.storage import StorageError, open_storage, resolve_url
 from search.study.config import ConfigError
@@ -53,12 +53,10 @@ def add_parser(sub: Any) -> None:
         "submitted, 1 sbatch failed, 2 bad input (nothing submitted).",
     )
     slurm.add_argument("--study", required=True, help="study name (create it first)")
-    slurm.add_argument(
-        "--tasks", type=_positive_int, required=True, metavar="K", help="array tasks"
-    )
+    slurm.add_argument("--tasks", type=positive_int, required=True, metavar="K", help="array tasks")
     slurm.add_argument(
         "--gpus-per-task",
-        type=_count,
+        type=whole_number,
         required=True,
         metavar="N",
         help="GPUs per task (--gres=gpu:N), one worker process each; 0: a CPU-only worker",
@@ -67,7 +65,7 @@ def add_parser(sub: Any) -> None:
         "--time", metavar="T", help="time limit per task, e.g. 4:00:00 or 1-00:00:00"
     )
     slurm.add_argument("--partition", metavar="P")
-    slurm.add_argument("--cpus-per-task", type=_positive_int, metavar="C")
+    slurm.add_argument("--cpus-per-task", type=positive_int, metavar="C")
     slurm.add_argument("--mem", metavar="SIZE", help="memory per node, e.g. 64G")
     slurm.add_argument(
         "--grace",
@@ -99,7 +97,7 @@ def add_parser(sub: Any) -> None:
         help="a shared directory for checkpoints, passed to the workers (default: the database)",
     )
     slurm.add_argument(
-        "--gpus-per-trial", type=_positive_int, metavar="K", help="passed to the workers"
+        "--gpus-per-trial", type=positive_int, metavar="K", help="passed to the workers"
     )
     slurm.add_argument(
         "--sbatch",
@@ -237,25 +235,8 @@ def _url_from_file(path: Path) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def _grace(text: str) -> int:
-    value = _count(text)
+    value = whole_number(text)
     if not 1 <= value <= MAX_GRACE_S:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_GRACE_S} s, got {value}")
     return value

@@ -10,6 +10,7 @@ from typing import Any
 from search.db.storage import Storage
 from search.db.studies import hpsearch_study_names, study_activity
 from search.monitor.status import study_status
+from search.monitor.workers import age
 from search.study.studies import find_study
 
 __all__ = ["format_studies", "list_studies"]
@@ -80,10 +81,4 @@ def _ago(when: str | None, now: datetime.datetime) -> str:
     if when is None:
         return "never"
     seconds = max(0.0, (now - datetime.datetime.fromisoformat(when)).total_seconds())
-    if seconds < 120:
-        return f"{seconds:.0f}s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m ago"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f}h ago"
-    return f"{seconds / 86400:.0f}d ago"
+    return f"{age(seconds)} ago"

@@ -26,6 +26,7 @@ from search.worker.provenance import launched_by_label
 __all__ = [
     "LOST_SHOWN_FOR_S",
     "FleetWorker",
+    "age",
     "delete_study",
     "format_workers",
     "list_workers",
@@ -130,7 +131,7 @@ def format_workers(listed: list[FleetWorker]) -> str:
                 w.device,
                 "-" if w.trial is None else str(w.trial),
                 "-" if w.epoch is None else str(w.epoch),
-                f"{_age(w.heartbeat_age_s)} ago",
+                f"{age(w.heartbeat_age_s)} ago",
                 launched_by_label(w.launched_by),
                 w.worker_id,
             )
@@ -142,7 +143,8 @@ def format_workers(listed: list[FleetWorker]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-def _age(seconds: float) -> str:
+def age(seconds: float) -> str:
+    """'45s', '12m', '5h', '3d': how long ago, as `workers` and `studies` show it."""
     if seconds < 120:
         return f"{seconds:.0f}s"
     if seconds < 7200:

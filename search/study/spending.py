@@ -18,7 +18,16 @@ import datetime
 
 from search.study.config import StudySettings
 
-__all__ = ["budget_line", "budget_spent"]
+__all__ = ["budget_line", "budget_spent", "hours_since"]
+
+
+def hours_since(start: datetime.datetime | None) -> float:
+    """Hours spent since the study's first trial started (`start`: naive UTC, as Optuna
+    stores it; None: no trial started, no hour spent). What `budget_hours` counts."""
+    if start is None:
+        return 0.0
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    return max(0.0, (now - start).total_seconds() / 3600)
 
 
 def budget_spent(
@@ -40,8 +49,7 @@ def budget_spent(
             "left": max(0, settings.budget_epochs - used),
         }
     if settings.budget_hours is not None:
-        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        hours = 0.0 if start is None else max(0.0, (now - start).total_seconds() / 3600)
+        hours = hours_since(start)
         out["hours"] = {
             "budget": settings.budget_hours,
             "used": round(hours, 4),

@@ -35,7 +35,7 @@ from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
 from search.pruning.promotion import Rungs
-from search.study.spending import budget_line, budget_spent
+from search.study.spending import budget_line, budget_spent, hours_since
 from search.study.studies import StudyRef
 
 __all__ = [
@@ -132,8 +132,7 @@ class StudyLimits:
             self._start = budget.first_start(self.storage, self.study.study_id)
             if self._start is None:
                 return False  # no trial has started: the clock has not either
-        now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        return (now - self._start).total_seconds() >= self.budget_hours * 3600
+        return hours_since(self._start) >= self.budget_hours
 
     def spent(self) -> bool:
         """Whether the study's budget is spent (read after the running trials were counted:
