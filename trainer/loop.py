@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 import accelerate.optimizer
@@ -58,6 +58,7 @@ from trainer.gpu_settings import apply_gpu_settings
 from trainer.grad_checkpointing import set_grad_checkpointing
 from trainer.result import TrainResult
 from trainer.rng import rng_state, set_rng_state
+from trainer.step import MemoryAdaptation, make_optimizer, micro_step
 from trainer.task import Task, TaskFactory
 from trainer.train_state import CHECKPOINT_FORMAT, TrainState
 
@@ -68,14 +69,13 @@ log = logging.getLogger("trainer")
 WARMUP_FRACTION = 0.05
 """Share of all optimizer steps over which the learning rate rises linearly from ~0 to its peak;
 a cosine decay to 0 over the rest follows."""
-SGD_MOMENTUM = 0.9
-"""Nesterov momentum of optimizer = "sgd"."""
 LOSS_CHECK_EVERY_ON_GPU = 16
 """Micro-batches between two reads of the loss on a GPU. Reading a loss makes the CPU wait for
 the GPU; doing it every step would drain the kernel queue each time. A diverged run on a GPU so
 stops within this many micro-batches; on the CPU, which runs synchronously, it stops at once."""
 TRAIN_STEP = "in a training step"
-"""`_MemoryFit.phase` during training steps: the only place where out of memory is adapted to."""
+"""`MemoryAdaptation.phase` during training steps: the only place where out of memory is adapted
+to."""
 
 ProgressFn = Callable[[int, int, int, float], None]
 """Called after each optimizer step with (epoch, step, steps_per_epoch, loss), epoch and step
@@ -136,7 +136,7 @@ def train(
     log.info(
         "precision %s (%s); %s", result.precision, result.precision_reason, result.device_settings
     )
-    fit = _MemoryFit(
+    fit = MemoryAdaptation(
         grad_accum_steps=min(config.grad_accum_steps, batch_size),
         grad_checkpointing=config.grad_checkpointing,
     )
@@ -221,7 +221,7 @@ def _fit(
     task_factory: TaskFactory,
     params: dict[str, Any],
     config: TrainConfig,
-    fit: _MemoryFit,
+    fit: MemoryAdaptation,
     result: TrainResult,
     *,
     device: torch.device,
@@ -268,7 +268,7 @@ def _fit(
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
     fit.phase = "while moving the model to the device"
     model.to(device)
-    optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay, device)
+    optimizer = make_optimizer(config.optimizer, model.parameters(), lr, weight_decay, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)
     )
@@ -400,8 +400,9 @@ def _fit(
                         return "preempted"
                 for inputs, targets, weight in batch:
                     with accelerator.accumulate(model):
-                        loss = task.loss_fn(model(inputs), targets)
-                        accelerator.backward(loss if weight == 1.0 else loss * weight)
+                        loss = micro_step(
+                            model, task.loss_fn, inputs, targets, accelerator.backward, weight
+                        )
                         if accelerator.sync_gradients:
                             skipped.before_step()
                         optimizer.step()  # accelerate skips it until the last micro-batch
@@ -434,59 +435,6 @@ def _fit(
         result.scheduler_steps = scheduler.last_epoch
         with contextlib.suppress(Exception):  # after a CUDA error the count is lost, not needed
             result.skipped_steps = skipped.read()
-
-
-@dataclass(kw_only=True)
-class _MemoryFit:
-    """How the run is fitted into memory: changed only after an out-of-memory error, recorded
-    in every checkpoint so that a resumed run (on any machine) goes on the same way."""
-
-    grad_accum_steps: int
-    """Micro-batches per optimizer step."""
-    grad_checkpointing: bool
-    adapted: list[str] = field(default_factory=list)
-    """Each decision, in words, oldest first (TrainResult.adapted)."""
-    model_can_checkpoint: bool = False
-    """Whether the model has a gradient checkpointing switch (known once it is built)."""
-    phase: str = "while building the task"
-    """Where the attempt is, in words that follow "out of memory" (TRAIN_STEP in a step)."""
-
-    def after_out_of_memory(self, error: str, batch_size: int) -> str | None:
-        """Adapt for the next attempt and return the decision, or None if nothing is left.
-
-        First gradient checkpointing (if the model has it), then half the micro-batch and
-        twice the accumulation: the effective batch, and so the run's maths, stay the same.
-        """
-        micro = math.ceil(batch_size / self.grad_accum_steps)
-        if self.model_can_checkpoint and not self.grad_checkpointing:
-            self.grad_checkpointing = True
-            decision = (
-                f"out of memory at micro-batch {micro} ({error}): gradient checkpointing turned on"
-            )
-        elif micro > 1:
-            before = self.grad_accum_steps
-            self.grad_accum_steps = min(batch_size, 2 * before)
-            decision = (
-                f"out of memory at micro-batch {micro} ({error}): micro-batch {micro} -> "
-                f"{math.ceil(batch_size / self.grad_accum_steps)}, grad_accum_steps {before} -> "
-                f"{self.grad_accum_steps} (effective batch {batch_size} unchanged)"
-            )
-        else:
-            return None
-        self.adapted.append(decision)
-        return decision
-
-    def adopt(self, saved: TrainState) -> None:
-        """Take the checkpoint's fitting unless this process has adapted further since."""
-        if len(saved.adapted) >= len(self.adapted):
-            self.grad_accum_steps = saved.grad_accum_steps
-            self.grad_checkpointing = saved.grad_checkpointing
-            self.adapted = list(saved.adapted)
-
-    def note(self, decision: str) -> None:
-        if decision not in self.adapted:
-            log.warning("%s", decision)
-            self.adapted.append(decision)
 
 
 class _SkippedSteps:
@@ -577,24 +525,6 @@ def _fresh_accelerator(precision: str, grad_accum_steps: int, device: torch.devi
         accelerate.optimizer.is_lomo_available = functools.cache(check)
     mixed_precision = {"bf16": "bf16", "fp16": "fp16", "fp32": "no"}[precision]
     return accelerator_for_trial(mixed_precision, grad_accum_steps, device)
-
-
-def _make_optimizer(
-    name: str, model: torch.nn.Module, lr: float, weight_decay: float, device: torch.device
-) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(
-            model.parameters(),
-            lr=lr,
-            momentum=SGD_MOMENTUM,
-            nesterov=True,
-            weight_decay=weight_decay,
-        )
-    # Fused on CUDA: one kernel for all parameters, and with fp16 it reads the loss scaler's
-    # overflow flag on the device instead of making the CPU wait for it.
-    return torch.optim.AdamW(
-        model.parameters(), lr=lr, weight_decay=weight_decay, fused=device.type == "cuda"
-    )
 
 
 def _warmup_cosine(total_steps: int) -> Callable[[int], float]:

@@ -38,9 +38,9 @@ from torch.utils.data import TensorDataset
 
 REPO = Path(__file__).resolve().parents[2]
 
+from search.estimate.step_timing import time_steps  # noqa: E402
 from search.worker.launcher import child_plans  # noqa: E402
 from trainer import DirectoryCheckpointStore, Task, TrainConfig, train  # noqa: E402
-from trainer.memory import time_steps  # noqa: E402
 from trainer.tasks.digits import accuracy  # noqa: E402
 from trainer.tasks.digits import make_task as digits_task  # noqa: E402
 

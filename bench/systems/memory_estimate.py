@@ -37,8 +37,9 @@ from typing import Any
 
 import torch
 
+from search.estimate.step_timing import time_steps
 from trainer import TrainConfig, train
-from trainer.memory import MemoryTarget, fit_memory, time_steps
+from trainer.memory import MemoryTarget, fit_memory
 from trainer.sizes import format_size
 from trainer.tasks.digits import make_task
 
@@ -147,7 +148,7 @@ def _one_step(
     """(tensor bytes, allocator bytes) at the peak of one step, above its start."""
     from torch.profiler import ProfilerActivity, profile
 
-    from trainer.memory import _StorageTracker
+    from trainer.memory.tracker import StorageTracker
 
     task = make_task(params)
     model, (x, y) = task.model, task.train_set.tensors
@@ -168,7 +169,7 @@ def _one_step(
     step()  # the optimizer state exists from here on
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    tracker = _StorageTracker()
+    tracker = StorageTracker()
     state = [t for s in optimizer.state.values() for t in s.values()]
     for tensor in (*model.parameters(), inputs, targets, *state):
         tracker.watch(tensor)

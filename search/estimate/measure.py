@@ -60,7 +60,7 @@ class TechniqueRow:
 
     technique: Technique
     timing: dict[str, Any] | None = None
-    """`trainer.memory.StepTiming.to_dict()` of the row's process, or None if it was not run."""
+    """`step_timing.StepTiming.to_dict()` of the row's process, or None if it was not run."""
     estimate_bytes: int | None = None
     """The dry run's peak of the same step (weights, gradients, state, activations, data)."""
     skipped: str | None = None
@@ -349,7 +349,7 @@ def techniques_json(
 def _row_main() -> int:
     """``python -m search.estimate.measure --row``: one technique's steps; JSON in (stdin),
     JSON out."""
-    from trainer.memory import time_steps  # imports torch: in the row's process only
+    from search.estimate.step_timing import time_steps  # imports torch: in the row's process
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     request = json.load(sys.stdin)

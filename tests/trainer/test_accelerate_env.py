@@ -13,7 +13,8 @@ from accelerate.state import PartialState
 
 from tests.trainer.conftest import ToyTask
 from trainer import TrainConfig, train
-from trainer.loop import _make_optimizer, _SkippedSteps
+from trainer.loop import _SkippedSteps
+from trainer.step import make_optimizer
 
 
 def test_accelerate_variables_in_the_environment_do_not_change_the_run(
@@ -81,7 +82,7 @@ def test_fp16_skipped_steps_are_counted_without_reading_the_scale_each_step() ->
 @pytest.mark.parametrize(("device", "fused"), [("cpu", False), ("cuda", True)])
 def test_adamw_is_fused_on_cuda(device: str, fused: bool) -> None:
     model = torch.nn.Linear(4, 2)
-    optimizer = _make_optimizer("adamw", model, 1e-3, 0.0, torch.device(device))
+    optimizer = make_optimizer("adamw", model.parameters(), 1e-3, 0.0, torch.device(device))
     assert bool(optimizer.defaults["fused"]) is fused
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from search.estimate.step_timing import time_steps
 from trainer import Task, TrainConfig, resolve_task
 from trainer.memory import (
     MemoryCheckError,
@@ -18,7 +19,6 @@ from trainer.memory import (
     adaptation_plans,
     check_memory,
     fit_memory,
-    time_steps,
 )
 from trainer.sizes import format_size, parse_size
 
@@ -244,18 +244,19 @@ def test_a_model_becomes_fake_parameters_on_another_device() -> None:
     the device, gradients there, AdamW's step counters left on the CPU (not counted)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from trainer.memory import _fake_model, _StorageTracker
+    from trainer.memory.dry_run import fake_model
+    from trainer.memory.tracker import StorageTracker
 
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
     model[1].weight = model[0].weight  # tied
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
-    _fake_model(model, fake_mode, "meta")
+    fake_model(model, fake_mode, "meta")
     parameters = list(model.parameters())
     assert len(parameters) == 3  # the tied weight once
     assert all(
         isinstance(p, nn.Parameter) and p.is_leaf and p.device.type == "meta" for p in parameters
     )
-    tracker = _StorageTracker(device_type="meta")
+    tracker = StorageTracker(device_type="meta")
     for p in parameters:
         tracker.watch(p)
     with fake_mode, tracker:
