@@ -20,7 +20,7 @@ from typing import Any
 from search.commands.common import SCHEMA_HELP, STORAGE_HELP, positive_int, whole_number
 from search.db.migrate import check_schema
 from search.db.storage import StorageError, open_storage, resolve_url
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 from search.worker.artifacts import existing_directory
 from search.worker.slurm_script import (

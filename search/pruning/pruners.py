@@ -5,7 +5,7 @@ finished trial, which differs between processes and makes workers disagree about
 
 Example::
 
-    >>> from search.study.config import PrunerSettings
+    >>> from search.study.settings import PrunerSettings
     >>> rung_steps(PrunerSettings(type="hyperband", min_resource=1, reduction_factor=3), 27)
     [1, 3, 9]
 """
@@ -18,7 +18,7 @@ from typing import Any
 import optuna
 
 from search.pruning.promotion import Rungs
-from search.study.config import PrunerSettings, StudyConfig
+from search.study.settings import PrunerSettings, StudyConfig
 
 __all__ = ["HyperbandPruner", "make_pruner", "rung_steps"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import optuna
 
 from search.db.storage import Storage, mask_url
-from search.study.config import StudyConfig
+from search.study.settings import StudyConfig
 from search.study.studies import StudyRef
 
 __all__ = ["command_line", "config_toml", "save_study_note", "study_note"]

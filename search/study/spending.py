@@ -3,7 +3,7 @@ and the dashboard (the study's user attribute ``budget``, written by the workers
 
 Example::
 
-    >>> from search.study.config import StudySettings
+    >>> from search.study.settings import StudySettings
     >>> s = StudySettings(name="s", budget_epochs=5000)
     >>> spent = budget_spent(s, used=340, start=None)
     >>> spent
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 
-from search.study.config import StudySettings
+from search.study.settings import StudySettings
 
 __all__ = ["budget_line", "budget_spent", "hours_since"]
 

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from search.db.storage import Storage, StorageError
 from search.db.studies import CONFIG_ATTR, UID_ATTR, find_study_row, study_names
-from search.study.config import ConfigError, StudyConfig
+from search.study.settings import ConfigError, StudyConfig
 
 __all__ = [
     "StudyRef",
