@@ -47,8 +47,6 @@ __all__ = [
     "pass_rung_if_promotable",
     "pause",
     "paused_count",
-    "rank_at_rung",
-    "rung_rows",
 ]
 
 
@@ -70,20 +68,6 @@ def paused_count(conn: Connection, study_id: int) -> int:
     ).scalar_one()
 
 
-def rung_rows(storage: Storage, study_id: int) -> list[RungRow]:
-    """Every trial's value at every rung it reached, and whether it sits paused there."""
-    r = trial_rungs
-    with storage.autocommit() as conn:
-        rows = conn.execute(
-            sa.select(r.c.trial_id, r.c.bracket, r.c.level, r.c.value, r.c.paused).where(
-                r.c.study_id == study_id
-            )
-        ).all()
-    return [
-        RungRow(t, b, lvl, math.nan if v is None else float(v), bool(p)) for t, b, lvl, v, p in rows
-    ]
-
-
 def next_promotable(
     storage: Storage, study_id: int, *, maximize: bool, eta: int, draining: bool = False
 ) -> RungRow | None:
@@ -91,7 +75,7 @@ def next_promotable(
     in the database (one query, one row back, whatever the study's size): of the paused trials
     ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
     at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
-    last. `tests/search/pruning/test_promotion.py` checks it picks what
+    last. `tests/search/db/test_promotion_rule.py` checks it picks what
     `RungTable.next_to_resume` picks.
     """
     with storage.autocommit() as conn:
@@ -103,25 +87,6 @@ def next_promotable(
         return None
     value = math.nan if row.value is None else float(row.value)
     return RungRow(row.trial_id, row.bracket, row.level, value, True)
-
-
-def rank_at_rung(
-    storage: Storage, study_id: int, bracket: int, level: int, value: float, *, maximize: bool
-) -> tuple[int, int]:
-    """(trials recorded at the rung with a strictly better value, trials recorded there)."""
-    r = trial_rungs
-    if math.isnan(value):
-        better = r.c.value.is_not(None)
-    else:
-        better = r.c.value > value if maximize else r.c.value < value
-    with storage.autocommit() as conn:
-        row = conn.execute(
-            sa.select(
-                sa.func.coalesce(sa.func.sum(sa.case((better, 1), else_=0)), 0),
-                sa.func.count(),
-            ).where(r.c.study_id == study_id, r.c.bracket == bracket, r.c.level == level)
-        ).one()
-    return int(row[0]), int(row[1])
 
 
 @functools.cache

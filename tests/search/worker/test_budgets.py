@@ -268,9 +268,6 @@ def test_the_database_promotes_what_the_rule_promotes(storage_url: str, maximize
                 want and want.trial_id,
                 want and want.level,
             ), (eta, draining)
-    for _trial, lvl, b, v, _paused in rows[:20]:
-        better, n = pauses.rank_at_rung(storage, study_id, b, lvl, v, maximize=maximize)
-        assert (better, n) == (table.rank(b, lvl, v), table.recorded(b, lvl))
     storage.close()
 
 
