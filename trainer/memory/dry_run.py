@@ -170,7 +170,8 @@ class _DryRun:
         self.step_size = _largest_step(self.task.train_set, batch_size)
         self.data_bytes = _data_bytes(self.task, target)
         # Fake tensors live on the target's kind of device where this torch has it: a GPU's
-        # autocast policy and the optimizer it gets there (foreach) are then the real ones.
+        # autocast policy and the optimizer it gets there (`make_optimizer`: fused AdamW,
+        # foreach SGD) are then the real ones.
         self.fake_device = "cpu"
         if target.device_type == "cuda":
             if torch.cuda.is_available():
@@ -300,8 +301,9 @@ class _DryRun:
                     if isinstance(t, torch.Tensor)
                 ]
                 if gpu and device == "cpu":
-                    # Standing in for a GPU: there AdamW keeps its step counters on the CPU
-                    # (unless fused or capturable), as the fake CUDA run sees by itself.
+                    # Standing in for a GPU: the CPU's AdamW step counters are not counted.
+                    # (The trainer's fused AdamW keeps them on the GPU, 512 bytes each there:
+                    # left uncounted, as before, so that the CPU's estimate is unchanged.)
                     tracker.elsewhere.update(
                         tracker.watch(step)
                         for per_param in optimizer.state.values()

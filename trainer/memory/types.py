@@ -59,8 +59,8 @@ class StepMemory:
     state: what the backward needs (saved activations, autocast's half copies of the weights),
     temporaries, and the micro-batch itself."""
     optimizer_step_bytes: int
-    """Peak of the optimizer step's temporaries (e.g. the foreach AdamW of a GPU makes whole
-    copies of the moments' size)."""
+    """Peak of the optimizer step's temporaries (e.g. the foreach SGD of a GPU makes whole
+    copies of the momentum's size)."""
     peak_bytes: int
     """The measured peak of all of the above during the step: less than their sum, since
     activations are freed as the gradients appear (with accumulation, the gradients of one
