@@ -36,7 +36,7 @@ from search.study.space import (
     param_from_dict,
     param_to_dict,
 )
-from trainer.config import OPTIMIZERS, PRECISIONS, TrainConfig
+from trainer.config import OPTIMIZERS, PRECISIONS, SHARDINGS, TrainConfig
 
 __all__ = [
     "DIRECTIONS",
@@ -530,6 +530,7 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
         "checkpoint_every_s",
         "optimizer",
         "deterministic",
+        "sharding",
     )
     every = s.get("checkpoint_every_s", (int, float))
     if every <= 0:
@@ -542,6 +543,7 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
         checkpoint_every_s=float(every),
         optimizer=s.get("optimizer", str, choices=OPTIMIZERS),
         deterministic=s.get("deterministic", bool),
+        sharding=s.get("sharding", str, choices=SHARDINGS),
         seed=study.seed,
     )
 
