@@ -32,6 +32,7 @@ __all__ = [
     "is_sharded",
     "load_weights",
     "shard_model",
+    "unit_sizes",
     "weights_state",
 ]
 
@@ -55,27 +56,28 @@ def shard_model(model: nn.Module, precision: str) -> list[str]:
 
     dtype = _COMPUTE_DTYPES[precision]
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
-    units = _units(model)
+    units = list(unit_sizes(model))
     for name in units:
-        if name:
+        if name:  # innermost first, the root last
             fully_shard(model.get_submodule(name), mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    return [*units, ""] if "" not in units else units
+    return units
 
 
-def _units(model: nn.Module) -> list[str]:
-    """Submodules of at least UNIT_MIN_PARAMS parameters of their own, innermost first (the
+def unit_sizes(model: nn.Module) -> dict[str, int]:
+    """Parameters of each FSDP unit `shard_model` makes, by submodule name ("" the root):
+    submodules of at least UNIT_MIN_PARAMS parameters of their own, innermost first (the
     size-based rule of FSDP1's auto-wrap: a parent counts only what its units leave)."""
     left: dict[str, int] = {}
-    units: list[str] = []
+    units: dict[str, int] = {}
     # Children before parents: named_modules is pre-order, so reverse it.
     for name, module in reversed(list(model.named_modules())):
         own = sum(p.numel() for p in module.parameters(recurse=False))
-        inner = sum(left[child] for child in _children(name, module))
-        left[name] = own + inner
+        left[name] = own + sum(left[child] for child in _children(name, module))
         if name and left[name] >= UNIT_MIN_PARAMS:
-            units.append(name)
+            units[name] = left[name]
             left[name] = 0
+    units[""] = left[""]
     return units
 
 
