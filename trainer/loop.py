@@ -268,11 +268,13 @@ def _fit(
         )
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
     fit.phase = "while moving the model to the device"
-    model.to(device)
-    # FSDP (trainer.sharding) before the optimizer: it must hold the sharded parameters.
+    # FSDP (trainer.sharding) moves each rank's shards to the device itself, before the
+    # optimizer is built: it must hold the sharded parameters.
     sharded = config.sharding == "fsdp" and world_size() > 1
     if sharded:
-        shard_model(model, result.precision)
+        shard_model(model, result.precision, device)
+    else:
+        model.to(device)
     optimizer = _make_optimizer(config.optimizer, model, lr, weight_decay, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)

@@ -44,23 +44,27 @@ the peak (one unit's full weights at a time) at the cost of more, smaller collec
 _COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 
-def shard_model(model: nn.Module, precision: str) -> list[str]:
-    """Wrap `model` in place with FSDP2 over the default process group; returns the names of
-    the submodules made their own unit ("" is the root).
+def shard_model(model: nn.Module, precision: str, device: torch.device) -> list[str]:
+    """Wrap `model` in place with FSDP2 over the default process group, its shards on
+    `device`; returns the names of the submodules made their own unit ("" is the root).
 
-    Call it after the model is on its device and before the optimizer is built: the optimizer
-    must hold the sharded parameters. Every rank must have built the same weights (the trainer
-    seeds every rank alike); each keeps its 1/K.
+    Give it the model where it was built (the CPU): unit by unit, FSDP moves the unit's
+    weights to `device` and keeps this rank's 1/K there, so no GPU ever holds the whole model.
+    Call it before the optimizer is built: the optimizer must hold the sharded parameters.
+    Every rank must have built the same weights (the trainer seeds every rank alike).
     """
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     dtype = _COMPUTE_DTYPES[precision]
     policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if dtype else None)
     units = list(unit_sizes(model))
     for name in units:
         if name:  # innermost first, the root last
-            fully_shard(model.get_submodule(name), mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+            fully_shard(model.get_submodule(name), mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return units
 
 

@@ -71,7 +71,7 @@ def _rank_holds(rank: int, world: int, port: int, params: dict[str, Any], out: A
     torch.manual_seed(0)
     task = resolve_task("digits")(params)
     model = task.model
-    shard_model(model, "fp32")
+    shard_model(model, "fp32", torch.device("cpu"))
     optimizer = torch.optim.AdamW(model.parameters())
     inputs = torch.stack([task.train_set[i][0] for i in range(8)])
     targets = torch.tensor([task.train_set[i][1] for i in range(8)])
