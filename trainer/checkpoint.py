@@ -279,12 +279,14 @@ def read_shards(checkpoint: ShardedCheckpoint, model: Any, optimizer: Any) -> No
     state = {"model": model_state, "optimizer": optimizer_state}
     reader, planner, _ = _dcp_classes()
     try:
-        dcp.load(
-            state,
-            storage_reader=reader(checkpoint.shards),
-            planner=planner(),
-            no_dist=not dist.is_initialized(),  # one plain process reads it all
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "no process group: assuming one process", indeed
+            dcp.load(
+                state,
+                storage_reader=reader(checkpoint.shards),
+                planner=planner(),
+                no_dist=not dist.is_initialized(),  # one plain process reads it all
+            )
     except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
         raise CheckpointError(f"cannot read the sharded checkpoint ({_dcp_reason(exc)})") from exc
     set_state_dict(
