@@ -10,7 +10,9 @@ weights within rtol 1e-4 / atol 1e-5 (float sums in another order: reduce-scatte
 all-reduce; dropout 0 so that the ranks' masks play no part). (b) The checkpoint holds one
 shard per rank and consolidates to the model's plain state dict. (c) A trial preempted on 4
 ranks resumes on 2 (resharding on load); one preempted on 2 resumes on 2, and in one plain
-process; each ends with the weights of the uninterrupted run.
+process; each ends with the weights of the uninterrupted run. (d) When one rank cannot write
+its shard, rank 0 hands nothing to the launcher (whose store write moves the trial's pointer),
+and the next save, complete, is handed over.
 """
 
 from __future__ import annotations
@@ -191,3 +193,72 @@ def test_gloo_preempted_on_2_ranks_resumes_on_2_and_in_one_process(
     # One process has nothing to shard over: it writes a plain checkpoint.
     assert not tarfile.is_tarfile(copy.path)
     assert_same_weights(consolidated_state_dict(copy.path), ddp[2]["model"])
+
+
+def _saving_rank(rank: int, port: int, scratch: str, conn: Any, obstruct: bool) -> None:
+    """One of two gloo ranks saving a sharded checkpoint twice through `GroupCheckpoints`;
+    with `obstruct`, rank 1's shard file of the first save cannot be written."""
+    import os
+
+    import torch.distributed as dist
+    from torch import nn
+
+    from trainer.distributed import GroupCheckpoints, LauncherLink
+    from trainer.sharding import shard_model, weights_state
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    shard_model(model, "fp32", torch.device("cpu"))
+    optimizer = torch.optim.AdamW(model.parameters())
+    store = GroupCheckpoints(None, scratch, LauncherLink(conn) if rank == 0 else None)
+    if obstruct and rank == 1:  # a directory where rank 1's shard file must go
+        (Path(scratch) / "sharded-1" / "shards" / "__1_0.distcp").mkdir(parents=True)
+    outcomes = []
+    for _ in range(2):
+        try:
+            store.save_sharded({"format": 2}, weights_state(model, optimizer))
+            outcomes.append("saved")
+        except OSError as exc:
+            outcomes.append(f"not saved: {exc}")
+    if rank == 0:
+        conn.send(("done", outcomes))
+    dist.destroy_process_group()
+
+
+def test_gloo_no_checkpoint_is_handed_over_unless_every_rank_wrote_its_shard(
+    tmp_path: Path,
+) -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [
+        ctx.Process(target=_saving_rank, args=(r, port, str(tmp_path), theirs, True))
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    handed: list[str] = []
+    while True:  # the launcher's side: store what rank 0 hands over (the pointer moves here)
+        message = ours.recv()
+        if message[0] == "checkpoint":
+            handed.append(message[1])
+            ours.send(("saved",))
+        else:
+            outcomes = message[1]
+            break
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    # Rank 1 could not write its shard: rank 0 learnt it from the save itself and handed
+    # nothing over; the next save, with every shard written, was handed over once.
+    assert outcomes[0].startswith("not saved: sharded checkpoint not written"), outcomes
+    assert outcomes[1] == "saved"
+    assert handed == [str(tmp_path / "sharded-2.tar")]
