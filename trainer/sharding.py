@@ -125,9 +125,23 @@ def load_weights(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
             model,
             optimizer,
             model_state_dict=state["model"],
-            optim_state_dict=state["optimizer"],
+            optim_state_dict=_by_name(model, state["optimizer"]),
             options=StateDictOptions(full_state_dict=True),
         )
     else:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+
+
+def _by_name(model: nn.Module, optimizer_state: dict[str, Any]) -> dict[str, Any]:
+    """A plain optimizer state dict (parameters numbered in the order the optimizer got them:
+    ``model.parameters()``, as the trainer builds it) keyed by parameter name instead, the
+    form ``set_state_dict`` reads."""
+    names = [name for name, _ in model.named_parameters()]
+    return {
+        "state": {names[i]: s for i, s in optimizer_state["state"].items()},
+        "param_groups": [
+            {**group, "params": [names[i] for i in group["params"]]}
+            for group in optimizer_state["param_groups"]
+        ],
+    }

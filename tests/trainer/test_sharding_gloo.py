@@ -10,7 +10,8 @@ weights within rtol 1e-4 / atol 1e-5 (float sums in another order: reduce-scatte
 all-reduce; dropout 0 so that the ranks' masks play no part). (b) The checkpoint holds one
 shard per rank and consolidates to the model's plain state dict. (c) A trial preempted on 4
 ranks resumes on 2 (resharding on load); one preempted on 2 resumes on 2, and in one plain
-process; each ends with the weights of the uninterrupted run. (d) When one rank cannot write
+process; one preempted in one process resumes on 2; each ends with the weights of the
+uninterrupted run. (d) When one rank cannot write
 its shard, rank 0 hands nothing to the launcher (whose store write moves the trial's pointer),
 and the next save, complete, is handed over.
 """
@@ -262,3 +263,28 @@ def test_gloo_no_checkpoint_is_handed_over_unless_every_rank_wrote_its_shard(
     assert outcomes[0].startswith("not saved: sharded checkpoint not written"), outcomes
     assert outcomes[1] == "saved"
     assert handed == [str(tmp_path / "sharded-2.tar")]
+
+
+def test_gloo_a_one_process_checkpoint_resumes_on_2_ranks(
+    tmp_path: Path, ddp: dict[int, dict[str, Any]]
+) -> None:
+    # sharding = "fsdp" in one process (a worker without --gpus-per-trial) writes a plain
+    # checkpoint; 2 ranks then load it as full state dicts, each keeping its shard.
+    (tmp_path / "fsdp.toml").write_text(CONFIG.format(sharding="fsdp"))
+    config = load_config(tmp_path / "fsdp.toml")
+    store = DirectoryCheckpointStore(tmp_path / "ckpt")
+    stop = threading.Event()
+    first = train(
+        resolve_task("digits"),
+        PARAMS,
+        dataclasses.replace(config.train, seed=SEED),
+        checkpoints=store,
+        device="cpu",
+        stop=stop,
+        report=lambda epoch, value: stop.set() or False,
+    )
+    assert first.status == "preempted" and not tarfile.is_tarfile(store.path)
+    outcome, store = group(tmp_path, "fsdp", 2)
+    assert outcome.status == "completed", outcome.reason
+    assert len(shard_files(store)) == 2
+    assert_same_weights(consolidated_state_dict(store.path), ddp[2]["model"])
