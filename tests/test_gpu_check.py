@@ -3,6 +3,7 @@ GPU, and it exits 0."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -24,5 +25,8 @@ def test_gpu_check_runs_its_cpu_parts_and_says_it_needs_a_gpu() -> None:
     assert run.returncode == 0, run.stderr
     assert "deterministic resume cpu -> cpu" in run.stdout and "identical  [ok]" in run.stdout
     assert "['2', '3']  [ok]" in run.stdout
+    assert re.search(
+        r"sharded \(fsdp\) step, 2 x CPU, gloo, fp32 +as estimated  \[ok\]", run.stdout
+    )
     assert "This machine has no CUDA GPU: the GPU checks need one" in run.stdout
     assert "[FAIL]" not in run.stdout

@@ -16,15 +16,19 @@ __all__ = [
     "DEFAULT_WEIGHT_DECAY",
     "OPTIMIZERS",
     "PRECISIONS",
+    "SHARDINGS",
     "Optimizer",
     "Precision",
+    "Sharding",
     "TrainConfig",
 ]
 
 Precision = Literal["auto", "bf16", "fp16", "fp32"]
 Optimizer = Literal["adamw", "sgd"]
+Sharding = Literal["none", "fsdp"]
 PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp16", "fp32")
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+SHARDINGS: tuple[str, ...] = ("none", "fsdp")
 DEFAULT_LR = 1e-3
 """Peak learning rate when params have no "lr"."""
 DEFAULT_WEIGHT_DECAY = 0.0
@@ -57,6 +61,12 @@ class TrainConfig:
 
     optimizer: Optimizer = "adamw"
     """adamw or sgd (with Nesterov momentum 0.9)."""
+
+    sharding: Sharding = "none"
+    """none: a multi-rank trial (``--gpus-per-trial K``) is data-parallel (DDP), every rank
+    holds the whole model, its gradients and optimizer state. fsdp: each rank holds 1/K of
+    them (FSDP2, ``trainer.sharding``). A one-process trial has nothing to shard over and
+    trains as with none."""
 
     deterministic: bool = False
     """GPU runs bitwise reproducible (a resume on another GPU included): deterministic kernels

@@ -17,6 +17,9 @@ all ranks take the same steps and stop at the same one. Accelerate wraps the mod
 rank trains its share of every optimizer step (`TrainData.steps` with a shard), so the effective
 batch is the configured one for any K. Only rank 0 writes checkpoints, and they hold the
 unwrapped model: a checkpoint of a K-rank run resumes with any other K, or in one process.
+With ``[train] sharding = "fsdp"`` the model is sharded instead (``trainer.sharding``): every
+rank writes its shard into the group's scratch directory, and rank 0 hands the launcher the
+archive once all have (``trainer.checkpoint``); it too resumes on any K, or in one process.
 
 A rank never waits forever: the process group has a timeout on every collective
 (``TRAINER_COLLECTIVE_TIMEOUT_S``), a rank dies with its launcher (Linux), and the launcher kills
@@ -28,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -37,7 +41,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainer.checkpoint import CheckpointStore
+from trainer.checkpoint import CheckpointStore, pack_sharded, write_shards
 
 __all__ = [
     "ENV_COLLECTIVE_TIMEOUT",
@@ -136,6 +140,7 @@ class GroupCheckpoints(CheckpointStore):
     def __init__(self, resume: str | None, scratch: str, link: LauncherLink | None) -> None:
         self.resume, self.scratch, self.link = resume, Path(scratch), link
         self._writes = 0
+        self._sharded_writes = 0
 
     def __repr__(self) -> str:
         from trainer.device import rank  # imports torch: the launcher reads this module without it
@@ -147,6 +152,28 @@ class GroupCheckpoints(CheckpointStore):
             return 0  # the other ranks hold the same model and optimizer state: nothing to add
         return super().save(state)
 
+    def save_sharded(self, state: dict[str, Any], shards: dict[str, Any]) -> int:
+        """Every rank writes its shard into the scratch directory (the ranks of a group share
+        one machine); once all have, rank 0 packs them with `state` and hands the archive to
+        the launcher, whose store write moves the trial's pointer."""
+        self._sharded_writes += 1  # the same count on every rank: they save at the same steps
+        directory = self.scratch / f"sharded-{self._sharded_writes}"
+        try:
+            write_shards(directory, shards)  # returns on every rank once all shards are written
+            if self.link is None:
+                return 0
+            archive = self.scratch / f"sharded-{self._sharded_writes}.tar"
+            pack_sharded(directory, state, archive)
+            try:
+                size = archive.stat().st_size
+                self._hand_over(archive)
+            finally:
+                archive.unlink(missing_ok=True)
+            return size
+        finally:
+            if self.link is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+
     def write(self, data: BinaryIO) -> None:
         assert self.link is not None
         self._writes += 1
@@ -155,9 +182,13 @@ class GroupCheckpoints(CheckpointStore):
             while chunk := data.read(1 << 20):
                 out.write(chunk)
         try:
-            reply = self.link.request(("checkpoint", str(path)))
+            self._hand_over(path)
         finally:
             path.unlink(missing_ok=True)
+
+    def _hand_over(self, path: Path) -> None:
+        assert self.link is not None
+        reply = self.link.request(("checkpoint", str(path)))
         if reply[0] != "saved":
             raise RuntimeError(reply[1])
 

@@ -58,6 +58,7 @@ from trainer.gpu_settings import apply_gpu_settings
 from trainer.grad_checkpointing import set_grad_checkpointing
 from trainer.result import TrainResult
 from trainer.rng import rng_state, set_rng_state
+from trainer.sharding import load_weights, shard_model, weights_state
 from trainer.step import MemoryAdaptation, make_optimizer, micro_step
 from trainer.task import Task, TaskFactory
 from trainer.train_state import CHECKPOINT_FORMAT, TrainState
@@ -267,7 +268,13 @@ def _fit(
         )
     accelerator = _fresh_accelerator(result.precision, micro_batches, device)
     fit.phase = "while moving the model to the device"
-    model.to(device)
+    # FSDP (trainer.sharding) moves each rank's shards to the device itself, before the
+    # optimizer is built: it must hold the sharded parameters.
+    sharded = config.sharding == "fsdp" and world_size() > 1
+    if sharded:
+        shard_model(model, result.precision, device)
+    else:
+        model.to(device)
     optimizer = make_optimizer(config.optimizer, model.parameters(), lr, weight_decay, device)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, _warmup_cosine(config.epochs * data.steps_per_epoch)
@@ -275,7 +282,10 @@ def _fit(
     # The scheduler is stepped here, once per optimizer step whether or not fp16's loss scaler
     # skipped it: the schedule follows the data and ends at 0 (accelerate's wrapper would skip
     # it after an overflow, so the two drift apart).
-    model, optimizer = accelerator.prepare(model, optimizer)
+    if sharded:  # FSDP wraps the model and does its precision; accelerate the rest
+        optimizer = accelerator.prepare(optimizer)
+    else:
+        model, optimizer = accelerator.prepare(model, optimizer)
     skipped = _SkippedSteps(accelerator.scaler)
     eval_batch_size = math.ceil(batch_size / micro_batches)  # what fits for training fits here
 
@@ -287,8 +297,8 @@ def _fit(
     losses = _LossWatch(every=1 if device.type == "cpu" else LOSS_CHECK_EVERY_ON_GPU)
     if state is not None and saved is not None:
         fit.phase = "while resuming from the checkpoint"
-        accelerator.unwrap_model(model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        load_weights(accelerator.unwrap_model(model), optimizer.optimizer, state)
+        state.pop("shards", None)  # a sharded checkpoint's unpacked files: no longer needed
         scheduler.load_state_dict(state["scheduler"])
         if accelerator.scaler is not None and state["scaler"] is not None:
             accelerator.scaler.load_state_dict(state["scaler"])
@@ -314,7 +324,8 @@ def _fit(
         )
     if accelerator.num_processes > 1:
         # Ranks start from one RNG state (the seed, or rank 0's checkpoint); each then draws its
-        # own dropout masks. The weights stay one: DDP broadcasts rank 0's when it wraps them.
+        # own dropout masks. The weights stay one: DDP broadcasts rank 0's when it wraps them,
+        # and FSDP shards weights every rank built alike from the seed (or the checkpoint).
         torch.manual_seed(int(torch.randint(2**62, (1,))) + accelerator.process_index)
     # The result shares these lists, so it holds the history however the run ends.
     result.metrics, result.train_losses = metrics, train_losses
@@ -326,11 +337,11 @@ def _fit(
             return False
         last_save = time.monotonic()
         phase, fit.phase = fit.phase, "while checkpointing"
+        # Without DDP's "module."; FSDP's: this rank's shards (trainer.sharding).
+        weights = weights_state(accelerator.unwrap_model(model), optimizer.optimizer)
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
             "fingerprint": fingerprint,
-            "model": accelerator.unwrap_model(model).state_dict(),  # without DDP's "module."
-            "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "scaler": None if accelerator.scaler is None else accelerator.scaler.state_dict(),
             "train_state": TrainState(
@@ -351,7 +362,10 @@ def _fit(
             ).state_dict(),
         }
         try:
-            result.checkpoint_bytes = checkpoints.save(checkpoint)
+            if sharded:
+                result.checkpoint_bytes = checkpoints.save_sharded(checkpoint, weights)
+            else:
+                result.checkpoint_bytes = checkpoints.save(checkpoint | weights)
         except Exception as exc:  # e.g. a shared store briefly unreachable: costs one interval
             if classify(exc) is not None:
                 raise  # the device's fault, not the store's
@@ -608,6 +622,8 @@ def _config_identity(config: TrainConfig) -> dict[str, Any]:
     identity = {k: v for k, v in asdict(config).items() if k != "checkpoint_every_s"}
     if not config.deterministic:
         del identity["deterministic"]  # checkpoints written before the option keep resuming
+    if config.sharding == "none":
+        del identity["sharding"]  # likewise
     return identity
 
 

@@ -10,11 +10,18 @@
    same index with one GPU): per-epoch metrics identical to an uninterrupted run;
 4. ``hpsearch worker --gpus all`` under ``CUDA_VISIBLE_DEVICES`` naming two GPUs in reverse
    order: two children, each on the physical GPU its entry names (GPU UUIDs compared);
-   needs two GPUs.
+   needs two GPUs;
+5. a sharded step (``[train] sharding = "fsdp"``, ``trainer.sharding``) on every GPU (up to
+   8) over NCCL in bf16: a 75M-parameter MLP (1.2 GB of weights, gradients and AdamW state),
+   each rank's peak of torch.cuda.max_memory_allocated against ``hpsearch estimate``'s per-GPU
+   bytes for that many GPUs (passes within +25% / -50%: the estimate must not undershoot).
+   With one GPU, a one-rank group (nothing sharded, the path still runs).
 
 On a machine without CUDA it runs what a CPU can (3 on the CPU: stop, resume, identical
-metrics; the ``--gpus all`` plan for ``CUDA_VISIBLE_DEVICES=2,3``), says the rest needs a GPU,
-and exits 0. Exit 1 when a check fails.
+metrics; the ``--gpus all`` plan for ``CUDA_VISIBLE_DEVICES=2,3``; 5 on two gloo CPU ranks in
+fp32 with a small MLP: the weights, gradients and optimizer state each rank holds against the
+estimate's, within FSDP's padding), says the rest needs a GPU, and exits 0. Exit 1 when a
+check fails.
 
     python -m bench.gpu.check            # prints one table; --quick: fewer timed steps
 """
@@ -38,9 +45,11 @@ from torch.utils.data import TensorDataset
 
 REPO = Path(__file__).resolve().parents[2]
 
+from search.estimate.sharding import largest_unit_params, sharded_rows  # noqa: E402
 from search.estimate.step_timing import time_steps  # noqa: E402
 from search.worker.launcher import child_plans  # noqa: E402
 from trainer import DirectoryCheckpointStore, Task, TrainConfig, train  # noqa: E402
+from trainer.memory import MemoryTarget, fit_memory  # noqa: E402
 from trainer.tasks.digits import accuracy  # noqa: E402
 from trainer.tasks.digits import make_task as digits_task  # noqa: E402
 
@@ -259,6 +268,123 @@ def check_gpus_all(count: int) -> list[Row]:
     return [("--gpus all, two processes", "right GPUs" if passed else "WRONG", detail, passed)]
 
 
+SHARDED_STEPS = 3
+"""Optimizer steps of check 5 (the peak is reached in the first; the rest show it stays)."""
+
+
+def _sharded_rank(
+    rank: int, devices: list[str], port: int, params: dict[str, Any], precision: str, out: Any
+) -> None:
+    """One rank of check 5: shard the MLP, train SHARDED_STEPS steps on its share of the
+    batch, report (rank, peak bytes or None, bytes held of each kind)."""
+    import torch.distributed as dist
+
+    from trainer.sharding import shard_model
+
+    device = torch.device(devices[rank])
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=len(devices), device_id=device)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=len(devices))
+    torch.manual_seed(0)
+    task = mlp_task(params)  # built on the CPU: FSDP moves only this rank's shards
+    model = task.model
+    shard_model(model, precision, device)
+    optimizer = torch.optim.AdamW(model.parameters(), fused=device.type == "cuda")
+    x, y = task.train_set.tensors
+    per_rank = int(params["batch_size"]) // len(devices)
+    inputs = x[rank * per_rank : (rank + 1) * per_rank].to(device)
+    targets = y[rank * per_rank : (rank + 1) * per_rank].to(device)
+    for _ in range(SHARDED_STEPS):
+        task.loss_fn(model(inputs).float(), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)  # keep the gradients: they count in a step
+
+    def local(t: torch.Tensor) -> int:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        return t.numel() * t.element_size()
+
+    held = {
+        "weights_bytes": sum(local(p) for p in model.parameters()),
+        "gradients_bytes": sum(local(p.grad) for p in model.parameters() if p.grad is not None),
+        "optimizer_bytes": sum(
+            local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+        ),
+    }
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    out.put((rank, peak, held))
+    dist.destroy_process_group()
+
+
+def check_sharded(devices: list[str]) -> list[Row]:
+    """Check 5: per-rank memory of a sharded step against the estimate for len(devices) GPUs."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    cuda = devices[0].startswith("cuda")
+    if cuda:  # ~75M parameters: 1.2 GB of state, small activations
+        params = {"features": 1024, "width": 8192, "batch_size": 64, "samples": 512}
+        precision = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    else:
+        params = {"features": 64, "width": 256, "batch_size": 64, "samples": 512}
+        precision = "fp32"
+    params["dropout"] = 0.0
+    k = len(devices)
+    target = MemoryTarget.for_device(devices[0], precision)
+    config = TrainConfig(epochs=1, precision=precision)
+    step = fit_memory(mlp_task, params, config, target, real_fallback=True).configured
+    (estimate,) = sharded_rows(step, largest_unit_params(mlp_task, params), ranks=(k,))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    procs = [
+        ctx.Process(target=_sharded_rank, args=(r, devices, port, params, precision, out))
+        for r in range(k)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(300)
+    if any(p.exitcode != 0 for p in procs):
+        codes = [p.exitcode for p in procs]
+        return [(f"sharded step on {k} ranks", "FAILED", f"rank exit codes {codes}", False)]
+    results = sorted(out.get() for _ in procs)
+    name = f"sharded (fsdp) step, {k} x {'GPU, NCCL' if cuda else 'CPU, gloo'}, {precision}"
+    if cuda:
+        peaks = [peak for _, peak, _ in results]
+        worst = max(peaks)
+        ratio = worst / estimate.total_bytes
+        passed = 0.5 <= ratio <= 1.25
+        detail = (
+            f"peak per rank {', '.join(f'{p / 2**30:.2f}' for p in peaks)} GiB; estimate per GPU "
+            f"{estimate.total_bytes / 2**30:.2f} GiB (state {estimate.state_bytes / 2**30:.2f}, "
+            f"activations {estimate.activations_bytes / 2**30:.2f}, gathered "
+            f"{estimate.gathered_bytes / 2**30:.2f}); one GPU alone (or each DDP rank): "
+            f"{sharded_rows(step, 0, ranks=(1,))[0].total_bytes / 2**30:.2f} GiB"
+        )
+        return [(name, f"peak {ratio:.2f}x the estimate", detail, passed)]
+    # On CPUs there is no allocator peak to read: the bytes each rank holds, within FSDP's
+    # padding (a shard is rounded up to a whole row: at most one row per parameter more).
+    rows = sum(p.shape[0] if p.dim() else 1 for p in mlp_task(params).model.parameters())
+    slack = 4 * rows + 4 * len(list(mlp_task(params).model.parameters()))
+    kinds = ("weights_bytes", "gradients_bytes", "optimizer_bytes")
+    worst = max(abs(h[kind] - getattr(estimate, kind)) for _, _, h in results for kind in kinds)
+    passed = worst <= 2 * slack
+    held = results[0][2]
+    detail = (
+        f"rank 0 holds weights {held['weights_bytes']} B, gradients {held['gradients_bytes']} B,"
+        f" optimizer {held['optimizer_bytes']} B; estimate {estimate.weights_bytes}, "
+        f"{estimate.gradients_bytes}, {estimate.optimizer_bytes} B; worst difference {worst} B "
+        f"(padding allows {2 * slack} B); GPU peak vs estimate needs CUDA"
+    )
+    return [(name, "as estimated" if passed else "DIFFERENT", detail, passed)]
+
+
 def show_plan() -> list[Row]:
     plans = child_plans(
         ["cuda:0", "cuda:1"],
@@ -287,9 +413,10 @@ def main() -> int:
     rows += show_plan()
     if gpus == 0:
         rows += check_resume("cpu", "cpu")
+        rows += check_sharded(["cpu", "cpu"])
         rows.append(
             (
-                "speed, real OOM, resume on another GPU, --gpus all",
+                "speed, real OOM, resume on another GPU, --gpus all, sharded peak on GPUs",
                 "skipped",
                 "this machine has no CUDA GPU: run this on one",
                 None,
@@ -303,6 +430,7 @@ def main() -> int:
             rows += check_gpus_all(gpus)
         else:
             rows.append(("--gpus all, two processes", "skipped", "needs two GPUs", None))
+        rows += check_sharded([f"cuda:{i}" for i in range(min(gpus, 8))])
     width = max(len(r[0]) for r in rows)
     print(f"\n{'check':<{width}}  result")
     for name, result, detail, passed in rows:

@@ -94,7 +94,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(estimate_json(args.config, config, target, fits)))
     elif params is not None:
-        print(format_one(args.config, target, *fits[0]))
+        print(format_one(args.config, target, *fits[0], config))
     else:
         print(format_estimate(args.config, config, target, fits))
     return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from search.estimate.picking import Configuration, param_ends
+from search.estimate.sharding import sharded_fits, sharded_lines
 from search.estimate.text import columns, params_text
 from search.study.config import StudyConfig
 from search.study.space import Param
@@ -62,6 +63,7 @@ def estimate_json(
 ) -> dict[str, Any]:
     """The object ``--json`` prints."""
     notes = sorted({note for _, fit in fits for note in fit.notes})
+    sharded = _sharded(config, target, fits)
     return {
         "config": config_path,
         "task": config.task.name,
@@ -76,6 +78,7 @@ def estimate_json(
             "limit_source": target.limit_source,
         },
         "optimizer": config.train.optimizer,
+        "sharding": config.train.sharding,
         "notes": notes,
         "configurations": [
             {
@@ -87,6 +90,14 @@ def estimate_json(
                 "can_checkpoint": fit.can_checkpoint,
                 "configured": fit.configured.to_dict(),
                 "fitted": None if fit.fitted is None else fit.fitted.to_dict(),
+                **(
+                    {}
+                    if row.label not in sharded
+                    else {
+                        "per_gpu": [r.to_dict() for r in sharded[row.label][0]],
+                        "smallest_gpus": sharded[row.label][1],
+                    }
+                ),
             }
             for row, fit in fits
         ],
@@ -139,7 +150,40 @@ def format_estimate(
         "out-of-memory error that fits: micro-batch x accumulation (+ ckpt: gradient "
         "checkpointing), with its peak",
     ]
+    lines += _sharded_text(config, target, [(r, f) for r, f in fits if r.label not in folded])
     return "\n".join(lines)
+
+
+def _sharded(
+    config: StudyConfig, target: MemoryTarget, fits: list[tuple[Configuration, MemoryFit]]
+) -> dict[str, Any]:
+    """`search.estimate.sharding` per configuration, for a study with sharding = "fsdp"."""
+    if config.train.sharding != "fsdp":
+        return {}
+    return sharded_fits(resolve_task(config.task.name), target, fits)
+
+
+def _sharded_text(
+    config: StudyConfig, target: MemoryTarget, fits: list[tuple[Configuration, MemoryFit]]
+) -> list[str]:
+    """With sharding = "fsdp": the fewest GPUs per configuration, and the per-GPU table of
+    the first (the center, or the one given)."""
+    sharded = _sharded(config, target, fits)
+    if not sharded:
+        return []
+    first, (rows, smallest) = next(iter(sharded.items()))
+    lines = ["", *sharded_lines(first, rows, smallest, target.usable_bytes)]
+    if len(sharded) > 1 and target.usable_bytes is not None:
+        need = [
+            f"{label}: {'more than ' + str(r[-1].ranks) if n is None else n}"
+            for label, (r, n) in sharded.items()
+        ]
+        lines.append("GPUs needed (fsdp): " + ", ".join(need))
+    lines.append(
+        "per GPU: (weights + grads + optimizer) / N, activations of the rank's 1/N of the "
+        "micro-batch, the 2 largest units' weights gathered in the compute precision, the data"
+    )
+    return lines
 
 
 def _size_cells(m: StepMemory) -> tuple[str, ...]:
@@ -169,7 +213,13 @@ def _short(plan: MemoryPlan) -> str:
     return text + (" + ckpt" if plan.grad_checkpointing else "")
 
 
-def format_one(config_path: str, target: MemoryTarget, row: Configuration, fit: MemoryFit) -> str:
+def format_one(
+    config_path: str,
+    target: MemoryTarget,
+    row: Configuration,
+    fit: MemoryFit,
+    config: StudyConfig | None = None,
+) -> str:
     """One configuration (``--set``): every plan tried, in the trainer's order."""
     lines = [
         f"{config_path}: {params_text(row.params)}",
@@ -185,4 +235,6 @@ def format_one(config_path: str, target: MemoryTarget, row: Configuration, fit: 
     lines += ["", fit.reason]
     if target.usable_bytes is not None:
         lines[-1] += f" (usable: {format_size(target.usable_bytes)})"
+    if config is not None:
+        lines += _sharded_text(config, target, [(row, fit)])
     return "\n".join(lines)

@@ -50,7 +50,7 @@ from search.study.space import (
     Param,
     Scalar,
 )
-from trainer.config import OPTIMIZERS, PRECISIONS, TrainConfig
+from trainer.config import OPTIMIZERS, PRECISIONS, SHARDINGS, TrainConfig
 
 __all__ = [
     "check_tracker_installed",
@@ -304,6 +304,7 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
         "checkpoint_every_s",
         "optimizer",
         "deterministic",
+        "sharding",
     )
     every = s.get("checkpoint_every_s", (int, float))
     if every <= 0:
@@ -316,6 +317,7 @@ def _train(s: _Section, task: TaskSettings, study: StudySettings) -> TrainConfig
         checkpoint_every_s=float(every),
         optimizer=s.get("optimizer", str, choices=OPTIMIZERS),
         deterministic=s.get("deterministic", bool),
+        sharding=s.get("sharding", str, choices=SHARDINGS),
         seed=study.seed,
     )
 
