@@ -57,7 +57,7 @@ from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
-from search.worker.cpu_share import share_cpu_threads
+from search.worker.cpu_share import CoreShare
 from search.worker.pause import (
     PUBLISH_EVERY_S,
     Promoter,
@@ -166,6 +166,7 @@ class Worker:
         self.trials_run = 0
         self._tracking = TrialTracking(study, worker_id=self.worker_id, device=device)
         self._threads: int | None = None  # CPU threads of this worker's share of the machine
+        self._core_share = CoreShare(storage, self.hostname)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -848,7 +849,7 @@ class Worker:
     def _share_cores(self) -> None:
         """This worker's share of the machine's CPU threads (`search.worker.cpu_share`)."""
         try:
-            threads = share_cpu_threads(self.storage, self.hostname)
+            threads = self._core_share.apply()
         except Exception as exc:  # the share is looked at again before the next trial
             if not is_transient(exc):
                 raise
