@@ -13,7 +13,7 @@ they claim. The queue's depth depends on the sampler:
 
 Random trials are written whole (lock, count, trials and params) in one transaction on one
 connection. TPE, CMA-ES and GP sample a batch of trials in memory, through real `optuna.Trial`s
-on the process's mirror of the study (`search.sampling.view`: refreshed incrementally, not
+on the process's mirror of the study (`search.sampling.mirror`: refreshed incrementally, not
 reloaded per sample), each trial seeing the ones sampled before it as running (constant liar),
 and the batch is inserted in one transaction. Grid and QMC go through a real `optuna.Trial` on
 a row created for it in the database, so that their study-wide counters (grid ids, the QMC
@@ -40,6 +40,7 @@ from search.db.storage import Storage, is_transient
 from search.db.trial_rows import Counts
 from search.errors import RuntimeFailure, first_line
 from search.pruning.pruners import make_pruner
+from search.sampling.mirror import StudyMirror
 from search.sampling.samplers import (
     LEARNS_FROM_RESULTS,
     STARTUP_TRIALS,
@@ -47,7 +48,6 @@ from search.sampling.samplers import (
     make_sampler,
     suggest,
 )
-from search.sampling.view import StudyMirror
 from search.study.space import Param
 from search.study.studies import StudyRef
 

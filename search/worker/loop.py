@@ -50,8 +50,8 @@ from search.db.status import best_trial
 from search.db.storage import Storage, is_transient, retry
 from search.db.tables import stored_float
 from search.errors import RuntimeFailure, first_line
+from search.pruning.pruner import Pruner
 from search.pruning.pruners import rung_steps
-from search.pruning.view import Pruner
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
