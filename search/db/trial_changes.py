@@ -195,7 +195,7 @@ def _curves(dialect: str) -> sa.Select:
 
 class TrialCache:
     """A study's trials in this process, refreshed incrementally: the one copy the samplers'
-    mirror (`search.sampling.trial_cache`) and the pruners' view (`search.pruning.storage`)
+    mirror (`search.sampling.mirror`) and the pruners' view (`search.pruning.storage`)
     both read, so that a worker reads each change of the study once.
 
     A refresh reads the trials created since the last look and the ones unfinished then, with
