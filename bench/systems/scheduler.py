@@ -99,7 +99,7 @@ def hpsearch_worker(
     go.wait()
     before = _own_cpu_s()
     code = worker.run()
-    log.put(("cpu", _own_cpu_s() - before, worker.trials_run))
+    log.put(("cpu", _own_cpu_s() - before, worker.trials_run, "torch" in sys.modules))
     sys.exit(code)
 
 
@@ -168,6 +168,7 @@ def optuna_worker(
     n_trials: int,
     ready: Any,
     go: Any,
+    log: Any,
     steps: int,
     step_s: float,
     sampler: str,
@@ -188,16 +189,25 @@ def optuna_worker(
     def objective(trial: optuna.Trial) -> float:
         lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
         width = trial.suggest_int("width", 8, 64, log=True)
+        start = time.perf_counter()
         for step in range(1, steps + 1):
             time.sleep(step_s)
             trial.report(0.5, step)
             if trial.should_prune():
                 raise optuna.TrialPruned()
+        log.put((os.getpid(), start, time.perf_counter()))
         return trial_value(lr, width)
+
+    ran = [0]
+
+    def count(_study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+        ran[0] += 1
 
     ready.release()
     go.wait()
-    study.optimize(objective, callbacks=[MaxTrialsCallback(n_trials, states=None)])
+    before = _own_cpu_s()
+    study.optimize(objective, callbacks=[MaxTrialsCallback(n_trials, states=None), count])
+    log.put(("cpu", _own_cpu_s() - before, ran[0], "torch" in sys.modules))
 
 
 def run_once(
@@ -240,7 +250,7 @@ def run_once(
         procs = [
             ctx.Process(
                 target=optuna_worker,
-                args=(url, name, n_trials, ready, go, steps, step_s, sampler),
+                args=(url, name, n_trials, ready, go, log, steps, step_s, sampler),
             )
             for _ in range(workers)
         ]
@@ -338,11 +348,13 @@ def _trial_timing(
         runs.sort()
         first.append(runs[0][0] - started)
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(runs)]
-    trials_per_worker = [n for _, _, n in cpu]
+    trials_per_worker = [n for _, _, n, _ in cpu]
     last_end = sorted(max(end for _, end in runs) for runs in by_worker.values())
     return {
-        "workers_cpu_s": round(sum(c for _, c, _ in cpu), 1),
-        "workers_cpu_ms_per_trial": round(1000 * sum(c for _, c, _ in cpu) / n_trials, 1),
+        "workers_cpu_s": round(sum(c for _, c, _, _ in cpu), 1),
+        "workers_cpu_ms_per_trial": round(1000 * sum(c for _, c, _, _ in cpu) / n_trials, 1),
+        # Both sides should pay for the same imports: a surrogate trial needs no torch.
+        "workers_that_imported_torch": sum(torch for _, _, _, torch in cpu),
         "trials_per_worker_min_max": [
             min(trials_per_worker, default=0),
             max(trials_per_worker, default=0),
@@ -432,7 +444,7 @@ def main() -> None:
 
 
 def _cpu_per_trial(rows: list[dict[str, Any]]) -> str:
-    """The workers' own CPU per trial (measured on the hpsearch side only)."""
+    """The workers' own CPU per trial, while the study runs (start-up not included)."""
     values = [r["workers_cpu_ms_per_trial"] for r in rows if "workers_cpu_ms_per_trial" in r]
     return _spread(values, 1) if values else "-"
 

@@ -1,15 +1,19 @@
-"""The one incremental reader of a study's trials: what changed since a view's last look.
+"""The one incremental reader of a study's trials, and the one cache of them in a process.
 
-A finished trial never changes, so a view of a study (the samplers' mirror,
-`search.sampling.view`; the pruners' rungs, `search.pruning.view`) reads, each time, only the
-trials created since its last look and the ones unfinished then (`ChangeCursor`), both on the
-primary key, then whatever of those trials it needs: params, system attributes, values,
-intermediate values. Every read takes a connection the caller opened (one transaction for a
-whole look) and the ids to read.
+A finished trial never changes, so a process's `TrialCache` of a study (read by the samplers'
+mirror, `search.sampling.mirror`, and the pruners' view, `search.pruning.storage`, both)
+reads, each time, only the trials created since its last look and the ones unfinished then
+(`ChangeCursor`), both on the primary key, then whatever of those trials it needs: params,
+system attributes, values, intermediate values. Every read takes a connection the caller
+opened (one transaction for a whole look) and the ids to read.
 
 Example::
 
-    cursor = ChangeCursor(study_id)
+    cache = TrialCache.of(storage, study_id)   # one per study in a process
+    cache.refresh()
+    trials = cache.trials()
+
+    cursor = ChangeCursor(study_id)            # the reads alone
     with storage.read() as conn:
         rows = read_changed_trials(conn, cursor)
     for r in rows:
@@ -18,17 +22,23 @@ Example::
 
 from __future__ import annotations
 
+import copy
 import functools
-from collections.abc import Sequence
+import json
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from optuna.trial import TrialState
+from optuna.distributions import BaseDistribution, json_to_distribution
+from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import Connection, Row
 
 from search.db.statements import bound_ids, in_bound_ids
+from search.db.storage import Storage
 from search.db.tables import (
+    stored_float,
     trial_intermediate_values,
     trial_params,
     trial_system_attributes,
@@ -40,6 +50,7 @@ __all__ = [
     "RUNG_PREFIX",
     "STATES",
     "ChangeCursor",
+    "TrialCache",
     "read_changed_trials",
     "read_curves",
     "read_params",
@@ -180,3 +191,272 @@ def _curves(dialect: str) -> sa.Select:
     return sa.select(
         v.c.trial_id, v.c.step, v.c.intermediate_value, v.c.intermediate_value_type
     ).where(in_bound_ids(dialect, v.c.trial_id))
+
+
+class TrialCache:
+    """A study's trials in this process, refreshed incrementally: the one copy the samplers'
+    mirror (`search.sampling.mirror`) and the pruners' view (`search.pruning.storage`)
+    both read, so that a worker reads each change of the study once.
+
+    A refresh reads the trials created since the last look and the ones unfinished then, with
+    their `completed_rung_*` attributes (one round trip); a trial that is new, finished since,
+    or had no params yet is read whole (params, system attributes, value; curves as `need`ed).
+    A queued or running trial with its params changes only in its rung values (and, with
+    `live_curves`, its reports): only those are applied. Trials are `FrozenTrial`s with user
+    attributes left empty, replaced (never changed in place) when they change, so a list a
+    reader holds stays as it was. Safe to use from several threads; one refresh at a time.
+
+    One per (storage, study) in a process: `TrialCache.of(storage, study_id)`.
+    """
+
+    def __init__(self, storage: Storage, study_id: int) -> None:
+        self._storage = storage
+        self.study_id = study_id
+        self._trials: dict[int, FrozenTrial] = {}
+        self._cursor = ChangeCursor(study_id)
+        self.lock = threading.RLock()
+        """Held while the trials change; a reader may hold it to see none change meanwhile."""
+        self._refreshing = threading.Lock()
+        self._local: dict[int, dict[str, Any]] = {}  # attributes set here: kept over reads
+        self._generation = 0  # goes up when `need` starts over
+        self._listeners: list[Callable[[int, int, str, Any], None]] = []
+        self.finished_curves = False
+        """The reports of every finished trial are read (the median pruner, TPE across
+        fidelities); else only pruned trials' (TPE ranks them by their last report)."""
+        self.live_curves = False
+        """The reports of unfinished trials too, kept up to date (TPE across fidelities)."""
+        self.version = 0
+        """Goes up whenever a trial is added or replaced."""
+
+    @staticmethod
+    def of(storage: Storage, study_id: int) -> TrialCache:
+        """This process's cache of `study_id` on `storage` (made at the first call)."""
+        caches = storage.__dict__.setdefault("_trial_caches", {})
+        with _CACHES_LOCK:
+            cache = caches.get(study_id)
+            if cache is None:
+                cache = caches[study_id] = TrialCache(storage, study_id)
+            return cache
+
+    def need(self, *, finished_curves: bool = False, live_curves: bool = False) -> None:
+        """Ask for more of each trial; trials already read are read again at the next refresh."""
+        with self.lock:
+            more = (finished_curves and not self.finished_curves) or (
+                live_curves and not self.live_curves
+            )
+            self.finished_curves |= finished_curves
+            self.live_curves |= live_curves
+            if more and self._trials:
+                self._trials.clear()
+                self._cursor = ChangeCursor(self.study_id)
+                self._generation += 1
+                self.version += 1
+
+    def listen(self, on_rung_value: Callable[[int, int, str, Any], None]) -> None:
+        """Call `on_rung_value(trial id, number, key, value)` for every rung value read, from
+        now on and for those already known."""
+        with self.lock:
+            self._listeners.append(on_rung_value)
+            for trial in self._trials.values():
+                for key, value in trial.system_attrs.items():
+                    if key.startswith(RUNG_PREFIX):
+                        on_rung_value(trial._trial_id, trial.number, key, value)
+
+    def trials(self) -> list[FrozenTrial]:
+        """Every trial known, in no particular order."""
+        with self.lock:
+            return list(self._trials.values())
+
+    def get(self, trial_id: int) -> FrozenTrial | None:
+        with self.lock:
+            return self._trials.get(trial_id)
+
+    def add_running(self, trial_id: int, number: int) -> None:
+        """A trial this process just claimed: known without reading it (a new trial has no
+        params here yet: the next refresh reads it whole)."""
+        with self.lock:
+            if trial_id not in self._trials:
+                self._trials[trial_id] = _trial(trial_id, number, TrialState.RUNNING)
+                self._cursor.unfinished.add(trial_id)
+                self.version += 1
+
+    def set_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        """An attribute this process set (a pruner's rung value): shown at once, and kept over
+        what reads of the trial return until they hold it too."""
+        with self.lock:
+            self._local.setdefault(trial_id, {})[key] = value
+            trial = self._trials.get(trial_id)
+            if trial is None:
+                return
+            trial = copy.copy(trial)
+            trial.system_attrs = {**trial.system_attrs, key: value}
+            self._trials[trial_id] = trial
+            self.version += 1
+            if key.startswith(RUNG_PREFIX):
+                for listener in self._listeners:
+                    listener(trial_id, trial.number, key, value)
+
+    def refresh(self) -> int:
+        """Read what changed since the last look; returns how many trials changed. The lock is
+        not held while the database answers."""
+        # Never waits for another thread's refresh (a reader holding `lock`, a decision, may
+        # refresh while that one waits for the lock): two at once each apply what they read;
+        # a finished trial never goes back, rung values are only added.
+        with self.lock:
+            cursor = self._cursor.snapshot()
+            known = {i: (t.state, bool(t.params)) for i, t in self._trials.items()}
+            finished_curves, live_curves = self.finished_curves, self.live_curves
+            generation = self._generation
+        with self._storage.read() as conn:
+            read = _read_changes(conn, cursor, known, finished_curves, live_curves)
+        with self.lock:
+            if generation != self._generation:
+                return 0  # `need` started over meanwhile: the next refresh reads all
+            return self._apply(read)
+
+    def _apply(self, read: _Changes) -> int:
+        changed = 0
+        for r in read.rows:
+            state = STATES[r.state]
+            known = self._trials.get(r.trial_id)
+            if known is not None and known.state.is_finished():
+                continue  # read again by a slower refresh: finished trials never change
+            local = self._local.get(r.trial_id, {})
+            if r.trial_id in read.whole:
+                params, dists = read.params.get(r.trial_id, ({}, {}))
+                trial = FrozenTrial(
+                    number=r.number,
+                    state=state,
+                    value=read.values.get(r.trial_id),
+                    values=None,
+                    datetime_start=r.datetime_start,
+                    datetime_complete=r.datetime_complete,
+                    params=params,
+                    distributions=dists,
+                    user_attrs={},
+                    system_attrs={**read.attrs.get(r.trial_id, {}), **local},
+                    intermediate_values=read.curves.get(r.trial_id, {}),
+                    trial_id=r.trial_id,
+                )
+            elif known is None:
+                continue  # `need` started over meanwhile
+            else:
+                rungs = {**read.rungs.get(r.trial_id, {}), **local}
+                curve = read.curves.get(r.trial_id, known.intermediate_values)
+                attrs = known.system_attrs
+                if (
+                    known.state == state
+                    and all(attrs.get(k) == v for k, v in rungs.items())
+                    and curve == known.intermediate_values
+                ):
+                    self._cursor.saw(r.trial_id, state)
+                    continue  # most unfinished trials have not changed since the last look
+                trial = copy.copy(known)
+                trial.state = state
+                trial.system_attrs = {**attrs, **rungs}
+                trial.intermediate_values = curve
+            self._trials[r.trial_id] = trial
+            self._cursor.saw(r.trial_id, state)
+            changed += 1
+            for listener in self._listeners:
+                for key, value in trial.system_attrs.items():
+                    if key.startswith(RUNG_PREFIX):
+                        listener(r.trial_id, r.number, key, value)
+        if changed:
+            self.version += 1
+        return changed
+
+
+_CACHES_LOCK = threading.Lock()
+
+
+@dataclass
+class _Changes:
+    """What one refresh read."""
+
+    rows: list[Row[Any]]
+    rungs: dict[int, dict[str, Any]]
+    whole: set[int]
+    params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]]
+    attrs: dict[int, dict[str, Any]]
+    values: dict[int, float]
+    curves: dict[int, dict[int, float]]
+
+
+_DISTRIBUTIONS: dict[str, BaseDistribution] = {}
+"""Parsed distributions by their JSON: a study has a handful, parsed once per process."""
+
+
+def _distribution(dist_json: str) -> BaseDistribution:
+    dist = _DISTRIBUTIONS.get(dist_json)
+    if dist is None:
+        dist = _DISTRIBUTIONS[dist_json] = json_to_distribution(dist_json)
+    return dist
+
+
+def _read_changes(
+    conn: Connection,
+    cursor: ChangeCursor,
+    known: dict[int, tuple[TrialState, bool]],
+    finished_curves: bool,
+    live_curves: bool,
+) -> _Changes:
+    joined = read_changed_trials(conn, cursor, with_rungs=True)
+    rows = list({r.trial_id: r for r in joined}.values())
+    rungs: dict[int, dict[str, Any]] = {}
+    for r in joined:
+        if r.key is not None:
+            rungs.setdefault(r.trial_id, {})[r.key] = json.loads(r.value_json)
+    whole: set[int] = set()
+    for r in rows:
+        state, has_params = known.get(r.trial_id, (None, False))
+        # New, finished since, or without its params when last read (queued without them, or
+        # claimed here and known without a read): read whole. Else only its rungs change.
+        if state is None or not has_params or STATES[r.state].is_finished():
+            whole.add(r.trial_id)
+    out = _Changes(rows, rungs, whole, {}, {}, {}, {})
+    ids = sorted(whole)
+    if ids:
+        for trial_id, name, value, dist_json in read_params(conn, ids):
+            values, dists = out.params.setdefault(trial_id, ({}, {}))
+            dist = _distribution(dist_json)
+            values[name] = dist.to_external_repr(value)
+            dists[name] = dist
+        for trial_id, key, value_json in read_system_attrs(conn, ids):
+            out.attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
+    finished = [r for r in rows if r.trial_id in whole and STATES[r.state].is_finished()]
+    if finished:
+        for trial_id, value, kind in read_values(conn, [r.trial_id for r in finished]):
+            out.values[trial_id] = stored_float(value, kind)
+    curved = [
+        r.trial_id
+        for r in rows
+        if (
+            r.trial_id in whole
+            and (r.state == "PRUNED" or (finished_curves and STATES[r.state].is_finished()))
+        )
+        or (live_curves and not STATES[r.state].is_finished())
+    ]
+    if curved:
+        for trial_id, step, value, kind in read_curves(conn, sorted(curved)):
+            out.curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
+        for trial_id in curved:
+            out.curves.setdefault(trial_id, {})
+    return out
+
+
+def _trial(trial_id: int, number: int, state: TrialState) -> FrozenTrial:
+    return FrozenTrial(
+        number=number,
+        state=state,
+        value=None,
+        values=None,
+        datetime_start=None,
+        datetime_complete=None,
+        params={},
+        distributions={},
+        user_attrs={},
+        system_attrs={},
+        intermediate_values={},
+        trial_id=trial_id,
+    )

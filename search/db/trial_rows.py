@@ -9,7 +9,7 @@ Two ways in:
 
 - `create_sampled_trials`: trials whose params need no history (random search), written whole
   (a transaction-scoped lock, count, trials and params) in one transaction;
-- `insert_sampled_trials`: trials sampled in memory (`search.sampling.view`: TPE, CMA-ES, GP),
+- `insert_sampled_trials`: trials sampled in memory (`search.sampling.mirror`: TPE, CMA-ES, GP),
   with their params and the samplers' system attributes, in one transaction, WAITING at once;
 - `create_trial` then `enqueue_sampled`: a RUNNING row under the sampler's lease while Optuna's
   sampler fills its params (a real ``optuna.Trial``), then WAITING for any worker. Should the

@@ -2,13 +2,14 @@
 light, incremental view of the study's reports.
 
 - `pruners`: `make_pruner`, hpsearch's Hyperband;
-- `view`: `Pruner`, deciding per report from the rungs it reads incrementally;
+- `pruner`: `Pruner`, deciding per report from the rungs it reads incrementally;
+- `storage`: `PruningStorage`, the study as Optuna's pruners read it (the trial cache);
 - `promotion`: promotion-based ASHA's rule alone (`Rungs`, `RungTable`): which paused trial a
   free worker resumes (the database side: `search.db.pauses`; the worker's: `search.worker.pause`).
 """
 
 from search.pruning.promotion import Paused, Rungs, RungTable
+from search.pruning.pruner import Pruner
 from search.pruning.pruners import HyperbandPruner, make_pruner
-from search.pruning.view import Pruner
 
 __all__ = ["HyperbandPruner", "Paused", "Pruner", "RungTable", "Rungs", "make_pruner"]

@@ -134,7 +134,7 @@ class RungTable:
     across workers), `search.db.pauses` restates it in SQL, and
     `tests/search/db/test_promotion_rule.py` checks the SQL against this class on generated
     rung tables. Optuna's stopping successive halving ranks on the same table
-    (`search.pruning.view`), with Optuna's own thresholds.
+    (`search.pruning.pruner`), with Optuna's own thresholds.
     """
 
     maximize: bool

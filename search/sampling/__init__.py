@@ -3,14 +3,14 @@
 - `samplers`: `make_sampler`, seeds, the samplers that learn from results;
 - `sample_ahead`: `TrialSampler`, one process at a time topping the queue up;
   `queue_first_trials`, what `create` queues;
-- `view`: `StudyMirror`, the study's trials in memory for TPE, CMA-ES and GP;
+- `mirror`: `StudyMirror`, the study's trials in memory for TPE, CMA-ES and GP;
 - `setup`: `set_up_study`, where a study begins (created, noted, first trials queued).
 """
 
+from search.sampling.mirror import StudyMirror
 from search.sampling.sample_ahead import TrialSampler, queue_first_trials
 from search.sampling.samplers import derived_seed, make_sampler
 from search.sampling.setup import set_up_study
-from search.sampling.view import StudyMirror
 
 __all__ = [
     "StudyMirror",

@@ -13,7 +13,7 @@ they claim. The queue's depth depends on the sampler:
 
 Random trials are written whole (lock, count, trials and params) in one transaction on one
 connection. TPE, CMA-ES and GP sample a batch of trials in memory, through real `optuna.Trial`s
-on the process's mirror of the study (`search.sampling.view`: refreshed incrementally, not
+on the process's mirror of the study (`search.sampling.mirror`: refreshed incrementally, not
 reloaded per sample), each trial seeing the ones sampled before it as running (constant liar),
 and the batch is inserted in one transaction. Grid and QMC go through a real `optuna.Trial` on
 a row created for it in the database, so that their study-wide counters (grid ids, the QMC
@@ -40,6 +40,7 @@ from search.db.storage import Storage, is_transient
 from search.db.trial_rows import Counts
 from search.errors import RuntimeFailure, first_line
 from search.pruning.pruners import make_pruner
+from search.sampling.mirror import StudyMirror
 from search.sampling.samplers import (
     LEARNS_FROM_RESULTS,
     STARTUP_TRIALS,
@@ -47,12 +48,13 @@ from search.sampling.samplers import (
     make_sampler,
     suggest,
 )
-from search.sampling.view import StudyMirror
 from search.study.space import Param
 from search.study.studies import StudyRef
 
 __all__ = ["PREFILL", "TrialSampler", "load_optuna_study", "queue_first_trials"]
 
+OWN_SAMPLING_POLL_S = 0.05
+"""How often a thread waiting for this process's other sampling thread checks for a stop."""
 PREFILL = 32
 """Trials `create` queues for samplers that do not learn from results: the first workers start
 at once, without racing each other to sample."""
@@ -67,6 +69,7 @@ class TrialSampler:
         self._optuna_study: optuna.Study | None = None
         self._sampling = threading.Lock()
         self._unqueued: set[int] = set()  # created by this process, not yet claimable
+        self._created = False  # whether this process's last top-up created trials
         self._mirror: StudyMirror | None = None
         self.depth: int | None = None
         """The queue's depth when this process last looked (None: not yet); claims that
@@ -74,7 +77,8 @@ class TrialSampler:
 
     def top_up(self, *, stop: threading.Event | None = None, at_least: int = 0) -> bool:
         """If this process wins the sampling lock, fill the queue to its depth (or to
-        `at_least` trials waiting); True if it created trials."""
+        `at_least` trials waiting); True if it created trials. While this process's other
+        thread samples, wait for it: True if that created trials."""
 
         def how_many(counts: Counts, live: int) -> int:
             missing = self.config.study.max_trials - counts.total
@@ -84,11 +88,19 @@ class TrialSampler:
             return min(missing, max(1, depth, at_least) - counts.queued)
 
         # One sampling thread per process at a time (the worker's loop and its sampler thread
-        # both call this): the other one is told that somebody else is sampling.
+        # both call this). The other one waits for it and is told whether it created trials:
+        # they are the ones it would sample, and waiting ends the moment they are in (polling
+        # would add up to a poll interval per trial to a worker whose queue ran dry).
         if not self._sampling.acquire(blocking=False):
-            return False
+            while not self._sampling.acquire(timeout=OWN_SAMPLING_POLL_S):
+                if stop is not None and stop.is_set():
+                    return False
+            self._sampling.release()
+            return self._created
         try:
-            return self._top_up(how_many, stop)
+            self._created = False
+            self._created = self._top_up(how_many, stop)
+            return self._created
         finally:
             self._sampling.release()
 

@@ -50,14 +50,14 @@ from search.db.status import best_trial
 from search.db.storage import Storage, is_transient, retry
 from search.db.tables import stored_float
 from search.errors import RuntimeFailure, first_line
+from search.pruning.pruner import Pruner
 from search.pruning.pruners import rung_steps
-from search.pruning.view import Pruner
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.terminal import StatusLine
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
-from search.worker.cpu_share import share_cpu_threads
+from search.worker.cpu_share import CoreShare
 from search.worker.pause import (
     PUBLISH_EVERY_S,
     Promoter,
@@ -166,6 +166,7 @@ class Worker:
         self.trials_run = 0
         self._tracking = TrialTracking(study, worker_id=self.worker_id, device=device)
         self._threads: int | None = None  # CPU threads of this worker's share of the machine
+        self._core_share = CoreShare(storage, self.hostname)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -848,7 +849,7 @@ class Worker:
     def _share_cores(self) -> None:
         """This worker's share of the machine's CPU threads (`search.worker.cpu_share`)."""
         try:
-            threads = share_cpu_threads(self.storage, self.hostname)
+            threads = self._core_share.apply()
         except Exception as exc:  # the share is looked at again before the next trial
             if not is_transient(exc):
                 raise

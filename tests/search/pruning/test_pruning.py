@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from search.db.storage import open_storage
-from search.pruning.view import Pruner
+from search.pruning.pruner import Pruner
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker

@@ -11,9 +11,9 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from search.db.storage import open_storage
+from search.sampling.mirror import StudyMirror
 from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, fidelity_view
 from search.sampling.samplers import make_sampler
-from search.sampling.view import StudyMirror
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker

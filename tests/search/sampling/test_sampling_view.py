@@ -11,8 +11,8 @@ import optuna
 import optuna_dashboard
 
 from search.db.storage import open_storage
+from search.sampling.mirror import StudyMirror
 from search.sampling.samplers import make_sampler, suggest
-from search.sampling.view import StudyMirror
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker

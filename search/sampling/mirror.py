@@ -3,9 +3,10 @@
 Optuna's samplers read the whole study before every sample. Through Optuna's storage that is a
 reload of every trial that changed, attribute by attribute, and every suggested param is its own
 write: about 35 commits per trial, under the study's sampling lock, while the other workers wait
-for the queue. `StudyMirror` keeps the trials in this process instead, refreshed incrementally
-(`refresh`: `search.db.trial_changes`, the trials created since the last look and the ones
-unfinished then, a few indexed reads; a finished trial never changes), and the samplers write
+for the queue. `StudyMirror` shows the samplers the process's trial cache instead
+(`search.db.trial_changes.TrialCache`, refreshed incrementally: the trials created since the
+last look and the ones unfinished then, a few indexed reads; a finished trial never changes;
+the pruners' view reads the same cache), and the samplers write
 their params and attributes into new trials held here until `take_sampled` hands them over, to
 be inserted all at once (`search.db.trial_rows.insert_sampled_trials`).
 
@@ -27,26 +28,16 @@ Example::
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Container, Sequence
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, json_to_distribution
+from optuna.distributions import BaseDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from search.db.storage import Storage
-from search.db.tables import stored_float
-from search.db.trial_changes import (
-    STATES,
-    ChangeCursor,
-    read_changed_trials,
-    read_curves,
-    read_params,
-    read_system_attrs,
-    read_values,
-)
+from search.db.trial_changes import TrialCache
 from search.db.trial_rows import SampledTrial
 from search.pruning.pruners import make_pruner
 from search.sampling.multifidelity import trial_as, uses_fidelities
@@ -67,93 +58,20 @@ class StudyMirror(StudyFactsStorage):
     def __init__(self, storage: Storage, study: StudyRef) -> None:
         super().__init__(study)
         self._storage = storage
-        self._trials: dict[int, FrozenTrial] = {}  # trial_id -> trial, from the database
         self._sampled: dict[int, FrozenTrial] = {}  # provisional id (< 0) -> trial in memory
         self._sorted: list[FrozenTrial] | None = None
-        self._cursor = ChangeCursor(study.study_id)
-        self._distributions: dict[str, BaseDistribution] = {}  # JSON -> parsed, parsed once
+        self._sorted_at = -1  # the cache's version `_sorted` was built at
         self.all_curves = uses_fidelities(study.config)
         """Every trial's reports, running and paused trials' kept up to date, for samplers that
         learn across fidelities (search.sampling.multifidelity)."""
+        self.cache = TrialCache.of(storage, study.study_id)
+        self.cache.need(finished_curves=self.all_curves, live_curves=self.all_curves)
 
     # -- the mirror -----------------------------------------------------------------------------
 
     def refresh(self) -> int:
         """Read what changed since the last look; returns how many trials changed."""
-        with self._storage.read() as conn:
-            rows = read_changed_trials(conn, self._cursor)
-            changed = [r for r in rows if self._changed(r.trial_id, r.state)]
-            grown = self._refresh_curves(conn, changed) if self.all_curves else 0
-            if not changed:
-                return grown
-            ids = [r.trial_id for r in changed]
-            params: dict[int, tuple[dict[str, Any], dict[str, BaseDistribution]]] = {}
-            for trial_id, name, value, dist_json in read_params(conn, ids):
-                values, dists = params.setdefault(trial_id, ({}, {}))
-                dist = self._distribution(dist_json)
-                values[name] = dist.to_external_repr(value)
-                dists[name] = dist
-            attrs: dict[int, dict[str, Any]] = {}
-            for trial_id, key, value_json in read_system_attrs(conn, ids):
-                attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
-            finished = [r.trial_id for r in changed if STATES[r.state].is_finished()]
-            unfinished_ids = [r.trial_id for r in changed if not STATES[r.state].is_finished()]
-            values_of: dict[int, float] = {}
-            curves: dict[int, dict[int, float]] = {}
-            if finished:
-                for trial_id, value, kind in read_values(conn, finished):
-                    values_of[trial_id] = stored_float(value, kind)
-                pruned = [
-                    r.trial_id
-                    for r in changed
-                    if r.state == "PRUNED" or (self.all_curves and r.state == "COMPLETE")
-                ]
-                if pruned:
-                    for trial_id, step, value, kind in read_curves(conn, pruned):
-                        curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
-            if self.all_curves and unfinished_ids:  # resumed or paused trials have reports
-                for trial_id, step, value, kind in read_curves(conn, unfinished_ids):
-                    curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
-        for r in changed:
-            values, dists = params.get(r.trial_id, ({}, {}))
-            state = STATES[r.state]
-            value = values_of.get(r.trial_id)
-            self._trials[r.trial_id] = FrozenTrial(
-                number=r.number,
-                state=state,
-                value=value,
-                values=None,
-                datetime_start=r.datetime_start,
-                datetime_complete=r.datetime_complete,
-                params=values,
-                distributions=dists,
-                user_attrs={},
-                system_attrs=attrs.get(r.trial_id, {}),
-                intermediate_values=curves.get(r.trial_id, {}),
-                trial_id=r.trial_id,
-            )
-            self._cursor.saw(r.trial_id, state)
-        self._sorted = None
-        return len(changed)
-
-    def _refresh_curves(self, conn: Any, changed: Sequence[Any]) -> int:
-        """Read the reports of the unfinished trials (running, queued, paused) that are not
-        re-read whole; returns how many have new reports."""
-        ids = sorted(self._cursor.unfinished - {r.trial_id for r in changed})
-        if not ids:
-            return 0
-        curves: dict[int, dict[int, float]] = {}
-        for trial_id, step, value, kind in read_curves(conn, ids):
-            curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
-        grown = 0
-        for trial_id, curve in curves.items():
-            trial = self._trials.get(trial_id)
-            if trial is not None and curve != trial.intermediate_values:
-                trial.intermediate_values = curve
-                grown += 1
-        if grown:
-            self._sorted = None
-        return grown
+        return self.cache.refresh()
 
     def new_trial(self, number: int) -> int:
         """A trial to sample into, held here (RUNNING) until `take_sampled`; its provisional id."""
@@ -197,23 +115,14 @@ class StudyMirror(StudyFactsStorage):
             else make_pruner(self._study.config),
         )
 
-    def _changed(self, trial_id: int, state: str) -> bool:
-        known = self._trials.get(trial_id)
-        if known is None:
-            return True
-        if known.params and not known.state.is_finished() and not STATES[state].is_finished():
-            return False  # queued or running, with its params: samplers see it running either way
-        return known.state.name != state
-
-    def _distribution(self, dist_json: str) -> BaseDistribution:
-        dist = self._distributions.get(dist_json)
-        if dist is None:
-            dist = self._distributions[dist_json] = json_to_distribution(dist_json)
-        return dist
-
     def _all(self) -> list[FrozenTrial]:
-        if self._sorted is None:
-            shown = [_queued_as_running(t) for t in self._trials.values()]
+        if self._sorted is None or self._sorted_at != self.cache.version:
+            self._sorted_at = self.cache.version
+            shown = [
+                _queued_as_running(t)
+                for t in self.cache.trials()
+                if t.params or t.state.is_finished()  # one claimed here, not read yet: not shown
+            ]
             self._sorted = sorted(
                 [*shown, *self._sampled.values()], key=lambda t: (t.number, t._trial_id)
             )
@@ -235,7 +144,10 @@ class StudyMirror(StudyFactsStorage):
     def get_trial(self, trial_id: int) -> FrozenTrial:
         if trial_id in self._sampled:
             return self._sampled[trial_id]
-        return _queued_as_running(self._trials[trial_id])
+        trial = self.cache.get(trial_id)
+        if trial is None:
+            raise KeyError(trial_id)
+        return _queued_as_running(trial)
 
     def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
         return self._optuna().get_study_user_attrs(study_id)
