@@ -64,7 +64,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
-from bench.efficiency.stats import Run, summarize  # noqa: E402
+from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -120,14 +120,24 @@ def has_epoch_budget() -> bool:
 
 
 def study_config(
-    name: str, sampler: str, pruner: dict[str, Any], seed: int, budget: int, benchmark: str
+    name: str,
+    sampler: str,
+    pruner: dict[str, Any],
+    seed: int,
+    budget: int,
+    benchmark: str,
+    *,
+    metric: str = "val_accuracy",
 ) -> Any:
-    """The hpsearch config of one study of the benchmark."""
+    """The hpsearch config of one study of the benchmark (lcbench: scored by `metric`, one of
+    lcbench.METRICS, in its direction)."""
     from search.study.config import parse_config
 
+    maximize = True
     if benchmark == "lcbench":
-        from bench.efficiency.lcbench import EPOCHS, SPACE
+        from bench.efficiency.lcbench import EPOCHS, METRICS, SPACE
 
+        maximize = METRICS[metric]
         task = {"name": "bench.efficiency.task:make_task", "epochs": EPOCHS}
         space = SPACE
     else:
@@ -140,8 +150,8 @@ def study_config(
         }
     study: dict[str, Any] = {
         "name": name,
-        "direction": "maximize",
-        "metric": "val_accuracy",
+        "direction": "maximize" if maximize else "minimize",
+        "metric": metric,
         "sampler": sampler,
         "seed": seed,
     }
@@ -216,7 +226,8 @@ class Budget:
 class SurrogateTrial:
     """The trial function of a worker on lcbench: reports the surrogate's curve for the
     trial's params, from the epoch after its last report (a resumed or promoted trial) on; each
-    epoch lasts the surrogate's recorded runtime times `time_scale` (0: no wait)."""
+    epoch lasts the surrogate's recorded runtime times `time_scale` (0: no wait). It reports
+    `metric`'s own values (the study's direction says which way is better)."""
 
     instance: str
     data: str | None
@@ -224,11 +235,12 @@ class SurrogateTrial:
     log: EpochLog
     budget: Budget | None = None
     stop_worker: Callable[[], None] | None = None
+    metric: str = "val_accuracy"
 
     def __post_init__(self) -> None:
         from bench.efficiency.lcbench import LCBench
 
-        self.bench = LCBench(self.instance, self.data)
+        self.bench = LCBench(self.instance, self.data, metric=self.metric)
 
     def __call__(self, run: Any) -> Any:
         from search.worker.trial_run import TrialOutcome
@@ -243,7 +255,7 @@ class SurrogateTrial:
                 return TrialOutcome(status="pruned", value=value)
             if self.time_scale > 0:
                 time.sleep(curve.seconds[epoch - 1] * self.time_scale)
-            value = curve.accuracy[epoch - 1]
+            value = curve.values[epoch - 1]
             self.log.epoch(run.number, epoch)
             if run.report(epoch, value):
                 return TrialOutcome(status="pruned", value=value)
@@ -342,6 +354,7 @@ def _run_worker(
     benchmark: str,
     instance: str,
     data: str | None,
+    metric: str,
     time_scale: float,
     log_path: str,
     budget_left: int | None,
@@ -362,7 +375,9 @@ def _run_worker(
         holder[0]._stop.set()  # the bench's own budget is spent (hpsearch without budget_epochs)
 
     if benchmark == "lcbench":
-        trial: Any = SurrogateTrial(instance, data, time_scale, log, budget, stop_worker)
+        trial: Any = SurrogateTrial(
+            instance, data, time_scale, log, budget, stop_worker, metric=metric
+        )
     else:
         trial = DigitsTrial(log, budget, stop_worker)
     worker = Worker(
@@ -387,7 +402,8 @@ def hpsearch_study(
     tmp: str,
 ) -> Run:
     """One hpsearch study on `url`: created as `hpsearch create` does, run by `workers`
-    workers (this process's own thread when 1) until it is done."""
+    workers (this process's own thread when 1) until it is done. The surrogate is scored by
+    the config's `[study] metric`."""
     from search.db.storage import open_storage
     from search.sampling.setup import set_up_study
 
@@ -401,7 +417,8 @@ def hpsearch_study(
     log_path = os.path.join(tmp, f"{config.study.name}.log")
     budget = None if has_epoch_budget() else config.study.n_trials  # the bench's own count
     started = time.monotonic()
-    args = (url, config.study.name, benchmark, instance, data, time_scale, log_path)
+    metric = config.study.metric if benchmark == "lcbench" else "val_accuracy"
+    args = (url, config.study.name, benchmark, instance, data, metric, time_scale, log_path)
     if workers == 1:
         codes: list[Any] = [_run_worker(*args, budget)]
     else:
@@ -444,33 +461,62 @@ class Job:
     data: str | None
     storage: str | None
     time_scale: float
+    metric: str = "val_accuracy"
+
+
+def _maximize(metric: str) -> bool:
+    from bench.efficiency.lcbench import METRICS
+
+    return METRICS.get(metric, True)
+
+
+def _unscored(run: Run, metric: str) -> Run:
+    """An in-process strategy's run (values are `Curve.score`) with the metric's own values."""
+    if _maximize(metric):
+        return run
+    return Run([(at, -v) for at, v in run.finished], run.epochs, run.extra)
 
 
 def run_job(job: Job) -> Run:
-    """One study of `job.strategy` with `job.seed`."""
+    """One study of `job.strategy` with `job.seed`. Its values are the metric's own values."""
     logging.getLogger("search").setLevel(logging.WARNING)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
-    if job.strategy in OPTUNA or job.strategy in SIM:
+    if job.strategy in OPTUNA or job.strategy in SIM or job.strategy == "sh-bracket":
         from bench.efficiency.lcbench import LCBench
+        from bench.efficiency.sh_bracket import sh_bracket_study
         from bench.efficiency.simulate import asha_study, optuna_study
 
-        bench = LCBench(job.instance, job.data)
+        bench = LCBench(job.instance, job.data, metric=job.metric)
         if job.strategy in OPTUNA:
             sampler, pruner = OPTUNA[job.strategy]
             run = optuna_study(bench.curve, sampler, pruner, job.budget, job.seed)
+        elif job.strategy == "sh-bracket":
+            run = sh_bracket_study(bench.curve, job.budget, job.seed)
         else:
             run = asha_study(
                 bench.curve, SIM[job.strategy], job.budget, job.seed, workers=job.workers
             )
+        run = _unscored(run, job.metric)
+    elif job.strategy == "smac-mf":
+        from bench.efficiency.smac_mf import smac_study
+
+        out = smac_study(job.instance, job.data, job.metric, job.budget, job.seed)
+        extra = {k: out[k] for k in ("trials", "configs", "shipped_epochs_total")}
+        run = Run([tuple(f) for f in out["finished"]], out["epochs"], extra)  # type: ignore[misc]
+        shipped = Run([tuple(f) for f in out["shipped_finished"]], job.budget)  # type: ignore[misc]
+        run = _unscored(run, job.metric)
+        run.extra["shipped_finished"] = _unscored(shipped, job.metric).finished
     else:
         sampler, pruner = (
             default_strategy() if job.strategy == "default" else HPSEARCH[job.strategy]
         )
         name = f"eff-{job.instance}-{job.strategy}-{job.seed}-{uuid.uuid4().hex[:6]}"
-        config = study_config(name, sampler, pruner, job.seed, job.budget, job.benchmark)
+        config = study_config(
+            name, sampler, pruner, job.seed, job.budget, job.benchmark, metric=job.metric
+        )
         with tempfile.TemporaryDirectory() as tmp:
             url = job.storage or f"sqlite:///{tmp}/efficiency.db"
             scale = job.time_scale if job.workers > 1 else 0.0
@@ -478,6 +524,7 @@ def run_job(job: Job) -> Run:
                 url, config, job.benchmark, job.instance, job.data, job.workers, scale, tmp
             )
     run.extra["wall_s"] = round(time.monotonic() - started, 2)
+    run.extra["load1"] = round(os.getloadavg()[0], 2)
     return run
 
 
@@ -489,11 +536,100 @@ def _run_job_quiet(job: Job) -> tuple[Job, Run]:
     return job, run_job(job)
 
 
-# -- the whole benchmark -------------------------------------------------------------------------
+# -- what decides a result: the cache key ----------------------------------------------------------
+
+CODE: dict[str, tuple[str, ...]] = {
+    "hpsearch": (
+        "search/sampling",
+        "search/pruning",
+        "search/db/pauses.py",
+        "bench/efficiency/runner.py",
+        "bench/efficiency/lcbench.py",
+        "bench/efficiency/task.py",
+    ),
+    "optuna": (
+        "bench/efficiency/simulate.py",
+        "bench/efficiency/lcbench.py",
+        "search/sampling",
+    ),
+    "sh-bracket": ("bench/efficiency/sh_bracket.py", "bench/efficiency/lcbench.py"),
+    "smac-mf": (
+        "bench/efficiency/smac_mf.py",
+        "bench/efficiency/surrogate_server.py",
+        "bench/efficiency/lcbench.py",
+    ),
+}
+"""The files that decide a strategy family's result, hashed into its cache key (with the
+installed optuna's version, and smac's for smac-mf)."""
+
+_CODE_HASHES: dict[str, str] = {}
+
+
+def _family(strategy: str) -> str:
+    if strategy in OPTUNA or strategy in SIM:
+        return "optuna"
+    if strategy in ("sh-bracket", "smac-mf"):
+        return strategy
+    return "hpsearch"
+
+
+def code_version(family: str) -> str:
+    """A short hash of the `CODE` files of a strategy family (and the versions it runs)."""
+    if family not in _CODE_HASHES:
+        import hashlib
+
+        import optuna
+
+        h = hashlib.sha256(f"optuna {optuna.__version__}\n".encode())
+        if family == "smac-mf":
+            from bench.efficiency.smac_mf import SMAC_VERSION
+
+            h.update(f"smac {SMAC_VERSION}\n".encode())
+        for entry in CODE[family]:
+            root = REPO / entry
+            files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+            for f in files:
+                if f.is_file():
+                    h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
+        _CODE_HASHES[family] = h.hexdigest()[:12]
+    return _CODE_HASHES[family]
+
+
+def strategy_settings(strategy: str) -> Any:
+    """What a strategy runs with (the cache key holds it)."""
+    if strategy == "default":
+        sampler, pruner = default_strategy()
+        return {"sampler": sampler, "pruner": pruner}
+    if strategy in HPSEARCH:
+        return {"sampler": HPSEARCH[strategy][0], "pruner": HPSEARCH[strategy][1]}
+    if strategy in OPTUNA:
+        return {"sampler": OPTUNA[strategy][0], "pruner": OPTUNA[strategy][1]}
+    if strategy in SIM:
+        return {"sampler": SIM[strategy]}
+    if strategy == "sh-bracket":
+        from bench.efficiency.sh_bracket import ETA, N_CONFIGS, RUNGS
+
+        return {"configs": N_CONFIGS, "rungs": list(RUNGS), "eta": ETA}
+    return {"facade": "MultiFidelityFacade", "eta": 3, "min_budget": 1, "charge": "resumed"}
 
 
 def _cache_key(job: Job) -> str:
-    return f"{job.benchmark}/{job.instance}/{job.strategy}/{job.seed}/{job.budget}/{job.workers}"
+    """Everything that changes the result of `job`, as one JSON string."""
+    storage = "sqlite" if not job.storage else job.storage.split(":", 1)[0].split("+")[0]
+    key = {
+        "benchmark": job.benchmark,
+        "instance": job.instance,
+        "strategy": job.strategy,
+        "settings": strategy_settings(job.strategy),
+        "seed": job.seed,
+        "budget": job.budget,
+        "metric": job.metric,
+        "workers": job.workers,
+        "time_scale": job.time_scale if job.workers > 1 else 0,
+        "storage": storage if _family(job.strategy) == "hpsearch" else None,
+        "code": code_version(_family(job.strategy)),
+    }
+    return json.dumps(key, sort_keys=True)
 
 
 def _read_cache(path: str | None) -> dict[str, Run]:
@@ -514,14 +650,72 @@ def _append_cache(path: str | None, job: Job, run: Run) -> None:
             fh.write(json.dumps({**row, "extra": run.extra}) + "\n")
 
 
+# -- the whole benchmark -------------------------------------------------------------------------
+
+DEV_INSTANCES = [
+    "126026",
+    "126029",
+    "146212",
+    "167152",
+    "167168",
+    "167181",
+    "167185",
+    "167190",
+    "167200",
+    "167201",
+    "168329",
+    "168331",
+    "168908",
+    "189354",
+    "189862",
+    "189865",
+    "189873",
+    "189905",
+    "189906",
+    "189908",
+    "189909",
+    "34539",
+    "3945",
+    "7593",
+]
+"""LCBench's development instances (issue 27): every choice is made on these. The other ten
+are the held-out test set, measured by others: do not run them."""
+
+SUITES: dict[str, list[str]] = {"dev": DEV_INSTANCES}
+SUITE_SEEDS = 5
+NAMED = ("189906", "167168", "189873", "3945", "7593")
+NAMED_SEEDS = 10
+"""`--suite` without `--seeds`: 5 seeds an instance, 10 on the five named in issue 27."""
+
+PEERS = ("sh-bracket", "smac-mf")
+SHIPPED = "smac-mf-shipped"
+"""smac-mf's studies charged as shipped (every run pays all its epochs): a row of the tables,
+not a strategy of its own."""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmark", choices=("lcbench", "digits"), default="lcbench")
-    parser.add_argument("--instances", default=DEFAULT_INSTANCES, help="LCBench OpenML task ids")
+    parser.add_argument(
+        "--instances", default=None, help=f"LCBench OpenML task ids (default {DEFAULT_INSTANCES})"
+    )
+    parser.add_argument(
+        "--suite", default=None, help=f"a set of instances: {', '.join(SUITES)} (24 instances)"
+    )
     parser.add_argument("--strategies", default=None, help=f"default: {DEFAULT_STRATEGIES}")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 of every strategy")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds 0..N-1 of every strategy (default 10; --suite: 5, 10 on the named five)",
+    )
     parser.add_argument(
         "--budget-epochs", type=int, default=None, help="default 5000 (digits 1350)"
+    )
+    parser.add_argument(
+        "--metric",
+        default="val_accuracy",
+        help="lcbench: val_accuracy, val_balanced_accuracy or val_cross_entropy (minimised)",
     )
     parser.add_argument("--workers", type=int, default=1, help="hpsearch workers per study")
     parser.add_argument("--json", default=None, help="default: bench/efficiency-BENCHMARK.json")
@@ -569,20 +763,79 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _bad_choices(args: argparse.Namespace) -> str | None:
+    """What is wrong with --suite, --instances and --metric, in one line (None: nothing)."""
+    from bench.efficiency.lcbench import METRICS
+
+    if args.suite is not None and args.suite not in SUITES:
+        return f"--suite: unknown suite {args.suite!r} (known: {', '.join(SUITES)})"
+    if args.suite is not None and args.instances is not None:
+        return "--suite and --instances: give one of them"
+    if args.benchmark == "digits" and (args.suite or args.instances):
+        return "--suite/--instances: only for --benchmark lcbench"
+    if args.metric not in METRICS:
+        return f"--metric: unknown metric {args.metric!r} (one of {', '.join(METRICS)})"
+    if args.benchmark == "digits" and args.metric != "val_accuracy":
+        return "--metric: digits is scored by val_accuracy only"
+    if args.instances is not None and not all(i.strip() for i in args.instances.split(",")):
+        return f"--instances: an empty instance id in {args.instances!r}"
+    return None
+
+
+def _seeds_of(instance: str, args: argparse.Namespace) -> int:
+    if args.seeds is not None:
+        return int(args.seeds)
+    if args.suite is not None:
+        return NAMED_SEEDS if instance in NAMED else SUITE_SEEDS
+    return 10
+
+
+def _git(*cmd: str) -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def _uptime() -> str:
+    with open("/proc/loadavg") as fh:
+        one, five, fifteen = fh.read().split()[:3]
+    return f"load average: {one}, {five}, {fifteen}"
+
+
+def _final(run: Run, maximize: bool) -> float:
+    """The run's best fully trained value in the metric's direction."""
+    values = [v for _, v in run.finished]
+    if not values:
+        return -math.inf if maximize else math.inf
+    return max(values) if maximize else min(values)
+
+
+def _fmt_speedup(x: float | None) -> str:
+    return f"{x:.1f}x" if x else "never"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    wrong = _bad_numbers(args)
+    wrong = _bad_numbers(args) or _bad_choices(args)
     if wrong:
         print(f"efficiency.py: {wrong}", file=sys.stderr)
         return 2
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
+    maximize = True if digits else _maximize(args.metric)
     strategies = (
         args.strategies or ("default,random,tpe,tpe-hyperband" if digits else DEFAULT_STRATEGIES)
     ).split(",")
-    known = {"default", *HPSEARCH, *OPTUNA, *SIM}
+    known = {"default", *HPSEARCH, *OPTUNA, *SIM, *PEERS}
+    in_process = set(OPTUNA) | set(SIM) | set(PEERS)
     bad = [s for s in strategies if s not in known]
-    if bad or (digits and any(s in OPTUNA or s in SIM for s in strategies)):
+    if bad or (digits and any(s in in_process for s in strategies)):
         print(
             f"efficiency.py: --strategies: unknown or not for {args.benchmark}: "
             f"{', '.join(bad or strategies)}",
@@ -596,18 +849,35 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if "random" not in strategies and reference is None:
         strategies.insert(0, "random")  # the reference
-    instances = ["digits"] if digits else args.instances.split(",")
+    if digits:
+        instances = ["digits"]
+    elif args.suite:
+        instances = list(SUITES[args.suite])
+    else:
+        instances = (args.instances or DEFAULT_INSTANCES).split(",")
     data = args.data or os.environ.get("YAHPO_DATA")
     if not digits and not args.report_only:
         from bench.efficiency.lcbench import LCBench, default_data_dir
 
         data = data or str(default_data_dir())
         try:
-            for instance in instances:
-                LCBench(instance, data)
+            known_instances = LCBench(instances[0], data)._bench.instances
         except (FileNotFoundError, ValueError, ImportError) as exc:
             print(f"efficiency.py: {exc}", file=sys.stderr)
             return 2
+        unknown = [i for i in instances if i not in known_instances]
+        if unknown:
+            print(f"efficiency.py: unknown LCBench instance {unknown[0]!r}", file=sys.stderr)
+            return 2
+    if "smac-mf" in strategies and not args.report_only:
+        from bench.efficiency.smac_mf import SmacUnavailable, ensure_venv
+
+        try:
+            ensure_venv()
+        except SmacUnavailable as exc:
+            print(f"efficiency.py: smac-mf: {exc}", file=sys.stderr)
+            return 2
+    seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(
             args.benchmark,
@@ -619,21 +889,24 @@ def main(argv: list[str] | None = None) -> int:
             data,
             args.storage,
             args.time_scale,
+            args.metric,
         )
         # Seed by seed: an interrupted run has as many seeds of every strategy (--cache).
-        for seed in range(args.seeds)
+        for seed in range(max(seeds.values()))
         for instance in instances
+        if seed < seeds[instance]
         for strategy in strategies
     ]
     n_jobs = args.jobs or (1 if args.workers > 1 or args.storage else os.cpu_count() or 1)
     started = time.monotonic()
-    load_before = os.getloadavg()
+    load_before = _uptime()
     results: dict[tuple[str, str], list[Run]] = {}
     cached = _read_cache(args.cache)
     todo = []
     for job in jobs:
         run = cached.get(_cache_key(job))
         if run is not None:
+            run.extra.setdefault("seed", job.seed)
             results.setdefault((job.instance, job.strategy), []).append(run)
         elif not args.report_only:
             todo.append(job)
@@ -649,8 +922,8 @@ def main(argv: list[str] | None = None) -> int:
             _append_cache(args.cache, job, run)
             print(
                 f"[{i}/{len(todo)}] {job.instance} {job.strategy} seed {job.seed}: final "
-                f"{run.final:.2f}, {run.epochs} epochs, {run.extra.get('trials')} trials, "
-                f"{run.extra['wall_s']:.1f} s",
+                f"{_final(run, maximize):.4g}, {run.epochs} epochs, "
+                f"{run.extra.get('trials')} trials, {run.extra['wall_s']:.1f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -660,58 +933,116 @@ def main(argv: list[str] | None = None) -> int:
             pool.join()
     if _POOL is not None:
         _POOL.close()
+    if "smac-mf" in strategies:  # the same studies, charged as shipped
+        strategies.insert(strategies.index("smac-mf") + 1, SHIPPED)
+        for instance in instances:
+            runs = results.get((instance, "smac-mf"), [])
+            results[(instance, SHIPPED)] = [
+                Run([tuple(f) for f in r.extra.get("shipped_finished", [])], budget, r.extra)  # type: ignore[misc]
+                for r in runs
+            ]
     elapsed = time.monotonic() - started
+    command = " ".join(
+        ["python -m bench.efficiency", *(argv if argv is not None else sys.argv[1:])]
+    )
     out: dict[str, Any] = {
-        "command": " ".join(
-            ["python", "bench/efficiency/runner.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command,
+        "commit": _git("rev-parse", "--short=12", "HEAD")
+        + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "benchmark": args.benchmark,
+        "suite": args.suite,
+        "metric": "val_accuracy" if digits else args.metric,
+        "maximize": maximize,
         "budget_epochs": budget,
-        "seeds": list(range(args.seeds)),
+        "seeds": seeds,
         "workers": args.workers,
         "time_scale": args.time_scale if args.workers > 1 else 0,
+        "jobs": n_jobs,
         "default_strategy": dict(zip(("sampler", "pruner"), default_strategy(), strict=True)),
+        "code_versions": {f: code_version(f) for f in {_family(s) for s in strategies}},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
+        "load": {"before": load_before, "after": _uptime()},
         "elapsed_s": round(elapsed, 1),
+        "studies_run": len(todo),
+        "seconds_per_study": {},
         "instances": {},
+        "distribution": {},
     }
+    for strategy in strategies:
+        walls = [
+            r.extra["wall_s"]
+            for i in instances
+            for r in results.get((i, strategy), [])
+            if "wall_s" in r.extra
+        ]
+        if walls and strategy != SHIPPED:
+            out["seconds_per_study"][strategy] = round(sum(walls) / len(walls), 2)
+    direction = "maximised" if maximize else "minimised"
     print(
-        f"\n{args.benchmark}, budget {budget} epochs, {args.seeds} seeds, "
-        f"{args.workers} worker(s), {elapsed / 60:.1f} min"
+        f"\n{args.benchmark}, {out['metric']} ({direction}), budget {budget} epochs, "
+        f"seeds {min(seeds.values())}-{max(seeds.values())}, {args.workers} worker(s), "
+        f"{elapsed / 60:.1f} min, {len(todo)} studies run; {out['load']['after']}"
     )
+    per_strategy: dict[str, list[dict[str, Any]]] = {}
     for instance in instances:
         if reference is not None:
             target = reference["instances"][instance]["target"]
             where = f"random's mean final in {args.reference}"
         else:
-            target = summarize(results[(instance, "random")], budget, -math.inf)["final_mean"]
+            if not results.get((instance, "random")):
+                continue
+            worst = -math.inf if maximize else math.inf
+            randoms = results[(instance, "random")]
+            target = summarize(randoms, budget, worst, maximize=maximize)["final_mean"]
             where = "random's mean final"
         table = {}
-        print(f"\n{instance}: target {target:.2f} ({where})\n")
+        print(f"\n{instance}: target {target:.4g} ({where})\n")
         print(
             "| strategy | final mean (sd) | speedup | 90% CI | seeds reached "
-            "| median epochs to target | trials |"
+            "| median epochs to target | trials | s/study |"
         )
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for strategy in strategies:
             runs = results.get((instance, strategy))
             if not runs:
                 continue
-            s = summarize(runs, budget, target)
+            s = summarize(runs, budget, target, maximize=maximize)
             s["trials_mean"] = sum(r.extra.get("trials", 0) for r in runs) / len(runs)
-            s["finals"] = [r.final for r in runs]
+            s["finals"] = [_final(r, maximize) for r in runs]
             s["seed_list"] = sorted(r.extra.get("seed", -1) for r in runs)
+            walls = [r.extra["wall_s"] for r in runs if "wall_s" in r.extra]
+            s["seconds_per_study"] = round(sum(walls) / len(walls), 2) if walls else None
             table[strategy] = s
-            sp = f"{s['speedup']:.1f}x" if s["speedup"] else "not reached"
+            per_strategy.setdefault(strategy, []).append(s)
             lo, hi = s["speedup_ci90"]
             med = s["median_epochs_to_target"]
             print(
-                f"| {strategy} | {s['final_mean']:.2f} ({s['final_sd']:.2f}) | {sp} "
-                f"| {lo:.1f}-{hi:.1f} | {s['seeds_reached']}/{s['seeds']} "
-                f"| {med if med is not None else '-'} | {s['trials_mean']:.0f} |"
+                f"| {strategy} | {s['final_mean']:.4g} ({s['final_sd']:.2g}) "
+                f"| {_fmt_speedup(s['speedup'])} | {lo:.1f}-{hi:.1f} "
+                f"| {s['seeds_reached']}/{s['seeds']} | {med if med is not None else '-'} "
+                f"| {s['trials_mean']:.0f} | {s['seconds_per_study'] or 0:.1f} |"
             )
         out["instances"][instance] = {"target": target, "target_from": where, "strategies": table}
+    print(f"\nacross instances ({len(out['instances'])}): speedup to random's mean final\n")
+    print(
+        "| strategy | instances | median | 10th pct | min | instances reached "
+        "| instance-seeds reached | s/study |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for strategy in strategies:
+        if strategy not in per_strategy:
+            continue
+        d = distribution(per_strategy[strategy])
+        out["distribution"][strategy] = d
+        print(
+            f"| {strategy} | {d['instances']} | {_fmt_speedup(d['speedup_median'])} "
+            f"| {_fmt_speedup(d['speedup_p10'])} | {_fmt_speedup(d['speedup_min'])} "
+            f"| {d['instances_reached']}/{d['instances']} "
+            f"| {d['instance_seeds_reached']}/{d['instance_seeds']} "
+            f"({100 * (d['reached_share'] or 0):.0f}%) "
+            f"| {out['seconds_per_study'].get(strategy, 0):.1f} |"
+        )
     path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwritten {path}")
