@@ -13,11 +13,10 @@ budget (the epoch running then is the last: a configuration cut off there is not
 
 Example::
 
-    >>> from bench.efficiency.lcbench import Curve
-    >>> def curve_of(p):  # a toy surrogate: the higher x, the better at every epoch
-    ...     return Curve(tuple(p["x"] * e for e in range(1, 51)), (1.0,) * 50)
+    >>> def scores_at(configs, epoch):  # a toy surrogate: the higher x, the better
+    ...     return [c["x"] * epoch for c in configs]
     >>> space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
-    >>> run = sh_bracket_study(curve_of, 798, seed=0, space=space)
+    >>> run = sh_bracket_study(scores_at, 798, seed=0, space=space)
     >>> run.epochs, [at for at, _ in run.finished]
     (798, [752, 775, 798])
 """
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.efficiency.lcbench import EPOCHS, SPACE, Curve
+from bench.efficiency.lcbench import EPOCHS, SPACE
 from bench.efficiency.stats import Run
 
 __all__ = ["ETA", "N_CONFIGS", "RUNGS", "bracket_epochs", "random_config", "sh_bracket_study"]
@@ -72,32 +71,34 @@ def random_config(rng: np.random.Generator, space: dict[str, dict[str, Any]]) ->
 
 
 def sh_bracket_study(
-    curve_of: Callable[[dict[str, Any]], Curve],
+    scores_at: Callable[[list[dict[str, Any]], int], list[float]],
     budget: int,
     seed: int,
     space: dict[str, dict[str, Any]] = SPACE,
 ) -> Run:
     """Brackets of synchronous successive halving until `budget` epochs are trained. The values
-    in the returned run are the curve's `score` (higher is better)."""
+    in the returned run are scores (higher is better): `scores_at(configs, epoch)` gives the
+    configurations' scores at a trained epoch (LCBench.scores_at: one surrogate call a rung)."""
     rng = np.random.default_rng(seed)
     used, finished, configs, brackets = 0, [], 0, 0
     while used < budget:
         brackets += 1
-        alive = [curve_of(random_config(rng, space)) for _ in range(N_CONFIGS)]
+        alive = [random_config(rng, space) for _ in range(N_CONFIGS)]
         configs += len(alive)
         before = 0
         for k, rung in enumerate(RUNGS):
-            for curve in alive:
-                step = min(rung - before, budget - used)
-                used += step
-                if step < rung - before:  # the budget ends inside this configuration's epochs
-                    break
+            # Those this rung trains to its end before the budget runs out.
+            done = min(len(alive), (budget - used) // (rung - before))
+            scores = scores_at(alive[:done], rung) if done else []
+            for i in range(done):
+                used += rung - before
                 if rung == EPOCHS:
-                    finished.append((used, curve.score[EPOCHS - 1]))
-            if used >= budget:
+                    finished.append((used, scores[i]))
+            if done < len(alive):  # the budget ends inside the next one's epochs
+                used = budget
                 break
             if k + 1 < len(RUNGS):
-                order = sorted(range(len(alive)), key=lambda i: -alive[i].score[rung - 1])
+                order = sorted(range(len(alive)), key=lambda i: -scores[i])
                 alive = [alive[i] for i in order[: max(1, len(alive) // ETA)]]
             before = rung
     return Run(finished, used, {"trials": configs, "brackets": brackets})
