@@ -409,6 +409,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a JSON of this script: its random's mean final is the target (random not rerun)",
     )
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="run only the strategies named, not random (their studies go to --cache: "
+        "summarize them with random's there by --report-only)",
+    )
     parser.add_argument("--time-scale", type=float, default=1 / 500, help="with --workers > 1")
     parser.add_argument(
         "--jobs",
@@ -519,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"efficiency.py: --reference: cannot read {args.reference}: {exc}", file=sys.stderr)
         return 2
-    if "random" not in strategies and reference is None:
+    if "random" not in strategies and reference is None and not args.no_reference:
         strategies.insert(0, "random")  # the reference
     if digits:
         instances = ["digits"]
