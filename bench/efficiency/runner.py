@@ -1,45 +1,68 @@
 """Search efficiency at equal compute: epochs until a strategy finds what random search finds.
 
     python -m bench.efficiency                                  # lcbench, 3 instances, 10 seeds
+    python -m bench.efficiency --suite dev --jobs 2 \
+        --strategies random,optuna-tpe,optuna-tpe-hyperband,sh-bracket,smac-mf,default \
+        --cache bench/results/efficiency-lcbench-dev.jsonl \
+        --json bench/results/efficiency-lcbench-dev.json
     python -m bench.efficiency --instances 189906 --seeds 3 --strategies random,default
+    python -m bench.efficiency --instances 189906 --metric val_cross_entropy --budget-epochs 2000
     python -m bench.efficiency --workers 8 --strategies random,default
     python -m bench.efficiency --benchmark digits --budget-epochs 1350 --seeds 5
 
 Benchmarks:
 
 - ``lcbench``: YAHPO Gym's surrogate of LCBench (bench/efficiency/lcbench.py; `pip install -e
-'.[bench]'`,
-  data in `--data`, default `$YAHPO_DATA`, else ../shared/bench-data/yahpo_data next to the
-  repository). A trial "trains" 50 epochs; epoch e's score is the surrogate's validation accuracy.
+  '.[bench]'`, data in `--data`, default `$YAHPO_DATA`, else shared/bench-data/yahpo_data next to
+  the repository). A trial "trains" 50 epochs; epoch e's score is the surrogate's `--metric`
+  (val_accuracy, val_balanced_accuracy, or val_cross_entropy, which is minimised).
+  `--suite dev` is issue 27's 24 development instances (`DEV_INSTANCES`; 5 seeds each, 10 on
+  189906, 167168, 189873, 3945 and 7593, unless `--seeds`); `--instances` takes any instance.
+  LCBench's other ten instances are the held-out test set: choices are made on dev only.
 - ``digits``: real training of bench/efficiency/task.py (an MLP on 600 digits images), 27 epochs
   a trial, through hpsearch's own trainer.
 
 Every study has a budget of `--budget-epochs` trained epochs (every epoch counts, pruned and
 paused trials' too). Strategies:
 
-- hpsearch's, run through its real path: `Worker`s (one in this process, or `--workers W`
-  processes) claiming trials from the study in the database (SQLite in a temporary directory, or
-  `--storage`), sampling and pruning as a study does; for lcbench the trial function
-  (`SurrogateTrial`) reports the surrogate's curve in place of training. With W > 1 an epoch
-  lasts the surrogate's recorded runtime for that configuration and epoch times `--time-scale`
-  (default 1/500), so trials end in a realistic order. Names: ``default`` (the sampler and
-  pruner of examples/digits.toml, README's defaults), ``random`` (no pruning: the reference),
-  ``tpe``, ``tpe-hyperband``, ``random-hyperband``, ``tpe-asha``, ``random-asha``,
+- hpsearch's, run through its real path (bench/efficiency/real_path.py): `Worker`s (one in this
+  process, or `--workers W` processes) claiming trials from the study in the database (SQLite in
+  a temporary directory, or `--storage`), sampling and pruning as a study does; for lcbench the
+  trial function (`SurrogateTrial`) reports the surrogate's curve in place of training. With
+  W > 1 an epoch lasts the surrogate's recorded runtime for that configuration and epoch times
+  `--time-scale` (default 1/500), so trials end in a realistic order. Names: ``default`` (the
+  sampler and pruner of examples/digits.toml, README's defaults), ``random`` (no pruning: the
+  reference), ``tpe``, ``tpe-hyperband``, ``random-hyperband``, ``tpe-asha``, ``random-asha``,
   ``tpe-hyperband-promotion``.
 - plain Optuna 5.0, in this process (bench/efficiency/simulate.py; lcbench only):
   ``optuna-random``, ``optuna-tpe`` (no pruning), ``optuna-tpe-hyperband`` (min 1, eta 3),
   ``optuna-tpe-median``, ``optuna-random-hyperband``.
+- peers (lcbench only): ``sh-bracket`` (bench/efficiency/sh_bracket.py: synchronous successive
+  halving, 243 random configurations at 1 epoch, the best third on to 3, 9, 27 and 50, bracket
+  after bracket, no model) and ``smac-mf`` (bench/efficiency/smac_mf.py: SMAC3 2.4.1's
+  MultiFidelityFacade in its own virtualenv, .bench-venvs/smac, made on first use; charged only
+  the epochs a run adds over the same configuration's longest earlier run; its tables also show
+  ``smac-mf-shipped``, the same studies charged every epoch SMAC trains).
 - ``sim-*``: promotion ASHA simulated in this process on a simulated clock with a real Optuna
   sampler (bench/efficiency/simulate.py), to explore settings quickly: ``sim-random-asha``,
   ``sim-tpe-asha`` (TPE seeing paused trials as running), ``sim-rung-asha`` and
   ``sim-rank-asha`` (TPE behind search/sampling/multifidelity.py).
 
 The measure (bench/efficiency/stats.py): a study's incumbent at epoch e is its best fully
-trained trial (all epochs) finished by then; speedup = budget / the first epoch at which a
-strategy's mean incumbent over seeds reaches `random`'s mean final value in the same run, with a
-90% bootstrap interval over seeds. The JSON (`--json`) holds per instance and strategy the final
-mean and sd, the speedup and its interval, the seeds that reached the target and the median
-epochs to it.
+trained trial (all epochs) finished by then (lowest, for a minimised metric); speedup = budget /
+the first epoch at which a strategy's mean incumbent over seeds reaches `random`'s mean final
+value in the same run, with a 90% bootstrap interval over seeds. Across instances: the median,
+10th percentile and minimum speedup (never: 0) and the instance-seeds that reached their
+instance's target. The JSON (`--json`) holds per instance and strategy the final mean and sd,
+the speedup and its interval, the seeds that reached the target, the median epochs to it and
+seconds per study; the distribution per strategy; and the commit, command, date, load and
+code versions of the run.
+
+`--cache FILE` (JSON lines) keeps every study; a study whose key is there is not run again. The
+key holds everything that changes a result: benchmark, instance, strategy and its settings,
+seed, budget, metric, workers, time scale (with W > 1), storage kind and a hash of the code that
+decides the strategy's result (`CODE`, with optuna's and smac's versions). `--no-reference` runs
+only the strategies named (not random) into the cache; `--report-only` summarizes a cache.
 """
 
 from __future__ import annotations
