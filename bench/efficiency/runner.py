@@ -338,11 +338,19 @@ def _read_cache(path: str | None) -> dict[str, Run]:
     return out
 
 
+_STAMP: dict[str, str] = {}
+
+
 def _append_cache(path: str | None, job: Job, run: Run) -> None:
+    """One line: the key, the study's finished trials and epochs, its extras (seconds, load at
+    its end, ...) and the commit and date that made it."""
     if path:
+        if not _STAMP:
+            _STAMP["commit"] = _commit()
         row = {"key": _cache_key(job), "finished": run.finished, "epochs": run.epochs}
+        stamp = {**_STAMP, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with open(path, "a") as fh:
-            fh.write(json.dumps({**row, "extra": run.extra}) + "\n")
+            fh.write(json.dumps({**row, "extra": run.extra, "stamp": stamp}) + "\n")
 
 
 # -- the whole benchmark -------------------------------------------------------------------------
@@ -503,6 +511,12 @@ def _git(*cmd: str) -> str:
     return done.stdout.strip()
 
 
+def _commit() -> str:
+    """HEAD's short hash, with +dirty when tracked files differ from it."""
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "--short=12", "HEAD") + ("+dirty" if dirty else "")
+
+
 def _uptime() -> str:
     with open("/proc/loadavg") as fh:
         one, five, fifteen = fh.read().split()[:3]
@@ -647,8 +661,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     out: dict[str, Any] = {
         "command": command,
-        "commit": _git("rev-parse", "--short=12", "HEAD")
-        + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""),
+        "commit": _commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "benchmark": args.benchmark,
         "suite": args.suite,
