@@ -242,11 +242,8 @@ CODE: dict[str, tuple[str, ...]] = {
         "bench/efficiency/lcbench.py",
         "bench/efficiency/task.py",
     ),
-    "optuna": (
-        "bench/efficiency/simulate.py",
-        "bench/efficiency/lcbench.py",
-        "search/sampling",
-    ),
+    "optuna": ("bench/efficiency/simulate.py", "bench/efficiency/lcbench.py"),
+    "sim": ("bench/efficiency/simulate.py", "bench/efficiency/lcbench.py", "search/sampling"),
     "sh-bracket": ("bench/efficiency/sh_bracket.py", "bench/efficiency/lcbench.py"),
     "smac-mf": (
         "bench/efficiency/smac_mf.py",
@@ -261,8 +258,10 @@ _CODE_HASHES: dict[str, str] = {}
 
 
 def _family(strategy: str) -> str:
-    if strategy in OPTUNA or strategy in SIM:
-        return "optuna"
+    if strategy in OPTUNA:
+        return "optuna"  # plain Optuna: hpsearch's sampling is not used
+    if strategy in SIM:
+        return "sim"
     if strategy in ("sh-bracket", "smac-mf"):
         return strategy
     return "hpsearch"
