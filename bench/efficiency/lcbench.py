@@ -10,11 +10,18 @@ trained epoch e lasts time(e + 1) - time(e) seconds (at least 1 ms: the surrogat
 monotone). One whole curve (50 epochs) is one batched call of the surrogate, ~5 ms, cached per
 configuration.
 
+The metric is one of YAHPO's outputs for LCBench (`METRICS`): `val_accuracy` (the default, in
+percent), `val_balanced_accuracy` (a fraction) or `val_cross_entropy` (minimised). A curve holds
+the metric's values as the surrogate gives them (`values`) and the same numbers signed so that
+higher is better (`score`: the cross-entropy negated), which is what the in-process strategies
+maximise.
+
 Example::
 
     lc = LCBench("189906", data_dir)
     curve = lc.curve({"batch_size": 64, "learning_rate": 1e-3, ...})
-    curve.accuracy[0], curve.seconds[0]            # trained epoch 1: val accuracy (%), seconds
+    curve.values[0], curve.seconds[0]              # trained epoch 1: val accuracy (%), seconds
+    LCBench("189906", data_dir, metric="val_cross_entropy").curve(...).score  # -cross-entropy
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EPOCHS", "SPACE", "Curve", "LCBench", "default_data_dir"]
+__all__ = ["EPOCHS", "METRICS", "SPACE", "Curve", "LCBench", "default_data_dir"]
 
 EPOCHS = 50
 """Trained epochs of an LCBench run (YAHPO epochs 2..51)."""
@@ -42,34 +49,64 @@ SPACE: dict[str, dict[str, Any]] = {
 an hpsearch `[space]` table."""
 
 
+METRICS: dict[str, bool] = {
+    "val_accuracy": True,
+    "val_balanced_accuracy": True,
+    "val_cross_entropy": False,
+}
+"""YAHPO's LCBench validation outputs a benchmark can score by: name -> maximised."""
+
+
 def default_data_dir() -> Path:
-    """`$YAHPO_DATA`, else `../shared/bench-data/yahpo_data` next to the repository."""
+    """`$YAHPO_DATA`, else `shared/bench-data/yahpo_data` in the repository's parent folder (or
+    its grandparent's, for a git worktree one folder deeper)."""
     env = os.environ.get("YAHPO_DATA")
     if env:
         return Path(env)
     repo = Path(__file__).resolve().parents[2]
-    return repo.parent / "shared" / "bench-data" / "yahpo_data"
+    ups = (repo.parent, repo.parent.parent)
+    candidates = [up / "shared" / "bench-data" / "yahpo_data" for up in ups]
+    return next((c for c in candidates if (c / "lcbench").is_dir()), candidates[0])
 
 
 @dataclass(frozen=True)
 class Curve:
-    """One configuration's learning curve: per trained epoch (index e - 1), the validation
-    accuracy in percent and the epoch's runtime in seconds."""
+    """One configuration's learning curve: per trained epoch (index e - 1), the metric's value
+    as the surrogate gives it and the epoch's runtime in seconds; `maximize` says which way is
+    better."""
 
-    accuracy: tuple[float, ...]
+    values: tuple[float, ...]
     seconds: tuple[float, ...]
+    maximize: bool = True
+
+    @property
+    def score(self) -> tuple[float, ...]:
+        """The values signed so that higher is better (a minimised metric negated)."""
+        return self.values if self.maximize else tuple(-v for v in self.values)
+
+    @property
+    def accuracy(self) -> tuple[float, ...]:
+        """`score`, under the name simulate.py's strategies read (they maximise it)."""
+        return self.score
 
 
 class LCBench:
     """The surrogate of one LCBench instance (an OpenML task id)."""
 
-    def __init__(self, instance: str, data_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        instance: str,
+        data_dir: str | os.PathLike[str] | None = None,
+        metric: str = "val_accuracy",
+    ) -> None:
         import contextlib
         import io
 
         data = Path(data_dir) if data_dir is not None else default_data_dir()
         if not (data / "lcbench" / "model.onnx").is_file():
             raise FileNotFoundError(f"no LCBench surrogate in {data} (lcbench/model.onnx)")
+        if metric not in METRICS:
+            raise ValueError(f"unknown LCBench metric {metric!r} (one of {', '.join(METRICS)})")
         import yahpo_gym
 
         # Set in memory, not written to ~/.config/yahpo_gym.
@@ -80,9 +117,12 @@ class LCBench:
             raise ValueError(f"unknown LCBench instance {instance!r}")
         self._bench.set_instance(str(instance))
         self.instance = str(instance)
+        self.metric = metric
+        self.maximize = METRICS[metric]
         self._cache: dict[tuple[Any, ...], Curve] = {}
 
     def curve(self, params: dict[str, Any]) -> Curve:
+        """The configuration's curve: one batched surrogate call over its epochs, cached."""
         key = tuple(params[name] for name in SPACE)
         cached = self._cache.get(key)
         if cached is not None:
@@ -97,8 +137,27 @@ class LCBench:
         )
         times = [float(r["time"]) for r in rows]
         curve = Curve(
-            accuracy=tuple(float(r["val_accuracy"]) for r in rows[1:]),
+            values=tuple(float(r[self.metric]) for r in rows[1:]),
             seconds=tuple(max(1e-3, times[e] - times[e - 1]) for e in range(1, EPOCHS + 1)),
+            maximize=self.maximize,
         )
         self._cache[key] = curve
         return curve
+
+    def scores_at(self, many: list[dict[str, Any]], epoch: int) -> list[float]:
+        """Each configuration's `score` at trained epoch `epoch` alone, in one batched surrogate
+        call (a successive-halving rung's worth): ~40 times cheaper than their whole curves,
+        and the same values as their `curve`'s score at that epoch."""
+        if not 1 <= epoch <= EPOCHS:
+            raise ValueError(f"epoch must be 1..{EPOCHS}, got {epoch}")
+        rows = []
+        for params in many:
+            config = {name: params[name] for name in SPACE}
+            config["batch_size"] = int(config["batch_size"])
+            config["max_units"] = int(config["max_units"])
+            config["num_layers"] = int(config["num_layers"])
+            config["OpenML_task_id"] = self.instance
+            rows.append({**config, "epoch": epoch + 1})
+        out = self._bench.objective_function(rows) if rows else []
+        sign = 1.0 if self.maximize else -1.0
+        return [sign * float(r[self.metric]) for r in out]

@@ -1,45 +1,68 @@
 """Search efficiency at equal compute: epochs until a strategy finds what random search finds.
 
     python -m bench.efficiency                                  # lcbench, 3 instances, 10 seeds
+    python -m bench.efficiency --suite dev --jobs 2 \
+        --strategies random,optuna-tpe,optuna-tpe-hyperband,sh-bracket,smac-mf,default \
+        --cache bench/results/efficiency-lcbench-dev.jsonl \
+        --json bench/results/efficiency-lcbench-dev.json
     python -m bench.efficiency --instances 189906 --seeds 3 --strategies random,default
+    python -m bench.efficiency --instances 189906 --metric val_cross_entropy --budget-epochs 2000
     python -m bench.efficiency --workers 8 --strategies random,default
     python -m bench.efficiency --benchmark digits --budget-epochs 1350 --seeds 5
 
 Benchmarks:
 
 - ``lcbench``: YAHPO Gym's surrogate of LCBench (bench/efficiency/lcbench.py; `pip install -e
-'.[bench]'`,
-  data in `--data`, default `$YAHPO_DATA`, else ../shared/bench-data/yahpo_data next to the
-  repository). A trial "trains" 50 epochs; epoch e's score is the surrogate's validation accuracy.
+  '.[bench]'`, data in `--data`, default `$YAHPO_DATA`, else shared/bench-data/yahpo_data next to
+  the repository). A trial "trains" 50 epochs; epoch e's score is the surrogate's `--metric`
+  (val_accuracy, val_balanced_accuracy, or val_cross_entropy, which is minimised).
+  `--suite dev` is issue 27's 24 development instances (`DEV_INSTANCES`; 5 seeds each, 10 on
+  189906, 167168, 189873, 3945 and 7593, unless `--seeds`); `--instances` takes any instance.
+  LCBench's other ten instances are the held-out test set: choices are made on dev only.
 - ``digits``: real training of bench/efficiency/task.py (an MLP on 600 digits images), 27 epochs
   a trial, through hpsearch's own trainer.
 
 Every study has a budget of `--budget-epochs` trained epochs (every epoch counts, pruned and
 paused trials' too). Strategies:
 
-- hpsearch's, run through its real path: `Worker`s (one in this process, or `--workers W`
-  processes) claiming trials from the study in the database (SQLite in a temporary directory, or
-  `--storage`), sampling and pruning as a study does; for lcbench the trial function
-  (`SurrogateTrial`) reports the surrogate's curve in place of training. With W > 1 an epoch
-  lasts the surrogate's recorded runtime for that configuration and epoch times `--time-scale`
-  (default 1/500), so trials end in a realistic order. Names: ``default`` (the sampler and
-  pruner of examples/digits.toml, README's defaults), ``random`` (no pruning: the reference),
-  ``tpe``, ``tpe-hyperband``, ``random-hyperband``, ``tpe-asha``, ``random-asha``,
+- hpsearch's, run through its real path (bench/efficiency/real_path.py): `Worker`s (one in this
+  process, or `--workers W` processes) claiming trials from the study in the database (SQLite in
+  a temporary directory, or `--storage`), sampling and pruning as a study does; for lcbench the
+  trial function (`SurrogateTrial`) reports the surrogate's curve in place of training. With
+  W > 1 an epoch lasts the surrogate's recorded runtime for that configuration and epoch times
+  `--time-scale` (default 1/500), so trials end in a realistic order. Names: ``default`` (the
+  sampler and pruner of examples/digits.toml, README's defaults), ``random`` (no pruning: the
+  reference), ``tpe``, ``tpe-hyperband``, ``random-hyperband``, ``tpe-asha``, ``random-asha``,
   ``tpe-hyperband-promotion``.
 - plain Optuna 5.0, in this process (bench/efficiency/simulate.py; lcbench only):
   ``optuna-random``, ``optuna-tpe`` (no pruning), ``optuna-tpe-hyperband`` (min 1, eta 3),
   ``optuna-tpe-median``, ``optuna-random-hyperband``.
+- peers (lcbench only): ``sh-bracket`` (bench/efficiency/sh_bracket.py: synchronous successive
+  halving, 243 random configurations at 1 epoch, the best third on to 3, 9, 27 and 50, bracket
+  after bracket, no model) and ``smac-mf`` (bench/efficiency/smac_mf.py: SMAC3 2.4.1's
+  MultiFidelityFacade in its own virtualenv, .bench-venvs/smac, made on first use; charged only
+  the epochs a run adds over the same configuration's longest earlier run; its tables also show
+  ``smac-mf-shipped``, the same studies charged every epoch SMAC trains).
 - ``sim-*``: promotion ASHA simulated in this process on a simulated clock with a real Optuna
   sampler (bench/efficiency/simulate.py), to explore settings quickly: ``sim-random-asha``,
   ``sim-tpe-asha`` (TPE seeing paused trials as running), ``sim-rung-asha`` and
   ``sim-rank-asha`` (TPE behind search/sampling/multifidelity.py).
 
 The measure (bench/efficiency/stats.py): a study's incumbent at epoch e is its best fully
-trained trial (all epochs) finished by then; speedup = budget / the first epoch at which a
-strategy's mean incumbent over seeds reaches `random`'s mean final value in the same run, with a
-90% bootstrap interval over seeds. The JSON (`--json`) holds per instance and strategy the final
-mean and sd, the speedup and its interval, the seeds that reached the target and the median
-epochs to it.
+trained trial (all epochs) finished by then (lowest, for a minimised metric); speedup = budget /
+the first epoch at which a strategy's mean incumbent over seeds reaches `random`'s mean final
+value in the same run, with a 90% bootstrap interval over seeds. Across instances: the median,
+10th percentile and minimum speedup (never: 0) and the instance-seeds that reached their
+instance's target. The JSON (`--json`) holds per instance and strategy the final mean and sd,
+the speedup and its interval, the seeds that reached the target, the median epochs to it and
+seconds per study; the distribution per strategy; and the commit, command, date, load and
+code versions of the run.
+
+`--cache FILE` (JSON lines) keeps every study; a study whose key is there is not run again. The
+key holds everything that changes a result: benchmark, instance, strategy and its settings,
+seed, budget, metric, workers, time scale (with W > 1), storage kind and a hash of the code that
+decides the strategy's result (`CODE`, with optuna's and smac's versions). `--no-reference` runs
+only the strategies named (not random) into the cache; `--report-only` summarizes a cache.
 """
 
 from __future__ import annotations
@@ -53,18 +76,22 @@ import multiprocessing as mp
 import os
 import platform
 import sys
-import tempfile
 import time
 import tomllib
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
-from bench.efficiency.stats import Run, summarize  # noqa: E402
+from bench.efficiency.real_path import (  # noqa: E402
+    SurrogateTrial,
+    close_pool,
+    hpsearch_study,
+    run_hpsearch,
+    study_config,
+)
+from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -102,7 +129,6 @@ DEFAULT_STRATEGIES = (
     "default,random,tpe,tpe-hyperband,optuna-tpe-hyperband,optuna-tpe,optuna-random"
 )
 DEFAULT_INSTANCES = "189906,167168,189873"
-DIGITS_EPOCHS = 27
 
 
 def default_strategy() -> tuple[str, dict[str, Any]]:
@@ -110,324 +136,6 @@ def default_strategy() -> tuple[str, dict[str, Any]]:
     with open(REPO / "examples" / "digits.toml", "rb") as fh:
         data = tomllib.load(fh)
     return data["study"].get("sampler", "tpe"), dict(data.get("pruner", {"type": "none"}))
-
-
-def has_epoch_budget() -> bool:
-    """Whether this hpsearch has `[study] budget_epochs` (issue 20's budgets)."""
-    from search.study.config import StudySettings
-
-    return any(f.name == "budget_epochs" for f in fields(StudySettings))
-
-
-def study_config(
-    name: str, sampler: str, pruner: dict[str, Any], seed: int, budget: int, benchmark: str
-) -> Any:
-    """The hpsearch config of one study of the benchmark."""
-    from search.study.config import parse_config
-
-    if benchmark == "lcbench":
-        from bench.efficiency.lcbench import EPOCHS, SPACE
-
-        task = {"name": "bench.efficiency.task:make_task", "epochs": EPOCHS}
-        space = SPACE
-    else:
-        task = {"name": "bench.efficiency.task:make_task", "epochs": DIGITS_EPOCHS}
-        space = {
-            "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
-            "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
-            "width": {"type": "int", "low": 8, "high": 128, "log": True},
-            "dropout": {"type": "float", "low": 0.0, "high": 0.5},
-        }
-    study: dict[str, Any] = {
-        "name": name,
-        "direction": "maximize",
-        "metric": "val_accuracy",
-        "sampler": sampler,
-        "seed": seed,
-    }
-    if has_epoch_budget():
-        study["budget_epochs"] = budget
-    else:
-        study["n_trials"] = budget  # at least an epoch a trial; the bench counts the epochs
-    return parse_config({"study": study, "pruner": pruner, "task": task, "space": space})
-
-
-# -- the surrogate trial, through hpsearch's real path -------------------------------------------
-
-
-class EpochLog:
-    """What the trial functions of one study did, in the order it happened (CLOCK_MONOTONIC is
-    one clock for every process of the machine): every epoch trained, every trial trained to
-    the end (with its value). Appended to a file, one line per event, by every process."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._fh: Any = None
-
-    def epoch(self, number: int, epoch: int) -> None:
-        self._write(f"e {time.monotonic():.6f} {number} {epoch}\n")
-
-    def done(self, number: int, value: float) -> None:
-        self._write(f"d {time.monotonic():.6f} {number} {value!r}\n")
-
-    def _write(self, line: str) -> None:
-        if self._fh is None:
-            self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 (closed by close())
-        self._fh.write(line)
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-    def run(self) -> Run:
-        """The study as a `Run`: fully trained trials at the cumulative epochs of their end."""
-        events = []
-        with open(self.path) as fh:
-            for line in fh:
-                kind, t, number, rest = line.split()
-                events.append((float(t), 0 if kind == "e" else 1, kind, int(number), rest))
-        events.sort()
-        epochs, finished = 0, []
-        for _, _, kind, _, rest in events:
-            if kind == "e":
-                epochs += 1
-            else:
-                finished.append((epochs, float(rest)))
-        return Run(finished, epochs)
-
-
-class Budget:
-    """Epochs left to a study, when hpsearch has no `budget_epochs` to end it: shared by the
-    processes of one study (a multiprocessing value), spent an epoch at a time."""
-
-    def __init__(self, left: Any) -> None:
-        self.left = left
-
-    def take(self) -> bool:
-        with self.left.get_lock():
-            if self.left.value <= 0:
-                return False
-            self.left.value -= 1
-            return True
-
-
-@dataclass
-class SurrogateTrial:
-    """The trial function of a worker on lcbench: reports the surrogate's curve for the
-    trial's params, from the epoch after its last report (a resumed or promoted trial) on; each
-    epoch lasts the surrogate's recorded runtime times `time_scale` (0: no wait)."""
-
-    instance: str
-    data: str | None
-    time_scale: float
-    log: EpochLog
-    budget: Budget | None = None
-    stop_worker: Callable[[], None] | None = None
-
-    def __post_init__(self) -> None:
-        from bench.efficiency.lcbench import LCBench
-
-        self.bench = LCBench(self.instance, self.data)
-
-    def __call__(self, run: Any) -> Any:
-        from search.worker.trial_run import TrialOutcome
-
-        curve = self.bench.curve(run.params)
-        epochs = run.config.task.epochs
-        value = run.reported[max(run.reported)] if run.reported else None
-        for epoch in range(max(run.reported, default=0) + 1, epochs + 1):
-            if self.budget is not None and not self.budget.take():
-                if self.stop_worker is not None:
-                    self.stop_worker()
-                return TrialOutcome(status="pruned", value=value)
-            if self.time_scale > 0:
-                time.sleep(curve.seconds[epoch - 1] * self.time_scale)
-            value = curve.accuracy[epoch - 1]
-            self.log.epoch(run.number, epoch)
-            if run.report(epoch, value):
-                return TrialOutcome(status="pruned", value=value)
-            if run.stop.is_set():
-                return TrialOutcome(status="preempted")
-        self.log.done(run.number, value)  # type: ignore[arg-type]
-        return TrialOutcome(status="completed", value=value, user_attrs={"epochs_trained": epochs})
-
-
-class DigitsTrial:
-    """The trial function of a worker on digits: hpsearch's own training, with every epoch it
-    trains and every trial it finishes written to the log (through the report)."""
-
-    def __init__(self, log: EpochLog, budget: Budget | None, stop_worker: Callable[[], None]):
-        self.log, self.budget, self.stop_worker = log, budget, stop_worker
-
-    def __call__(self, run: Any) -> Any:
-        from search.worker.training import run_training
-
-        inner = run.report
-        last: dict[str, Any] = {}
-        before = set(run.reported)  # a resumed run re-reports the epoch it resumes after
-
-        def report(epoch: int, value: float) -> bool:
-            if epoch in before:
-                return inner(epoch, value)
-            if self.budget is not None and not self.budget.take():
-                self.stop_worker()
-                return True
-            self.log.epoch(run.number, epoch)
-            last["epoch"], last["value"] = epoch, value
-            return inner(epoch, value)
-
-        run.report = report
-        outcome = run_training(run)
-        if outcome.status == "completed" and last.get("epoch") == run.config.task.epochs:
-            self.log.done(run.number, last["value"])
-        return outcome
-
-
-def _pool_process(tasks: Any, done: Any, left: Any) -> None:
-    """A worker process of `WorkerPool`: runs one Worker per study it is handed."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    logging.basicConfig(level=logging.WARNING)
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        try:
-            code = _run_worker(*task, left if task[-1] is not None else None)
-        except Exception as exc:  # reported to the parent, which stops the benchmark
-            code = f"{type(exc).__name__}: {exc}"
-        done.put(code)
-
-
-class WorkerPool:
-    """W long-lived processes that join each study together: each runs a `Worker` of its own
-    (a real one: its own database connections, sampling and pruning), so that the start-up of
-    a process (imports, ~2 s of CPU) is paid once per benchmark, not once per study."""
-
-    def __init__(self, workers: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.workers = workers
-        self.tasks, self.done = ctx.Queue(), ctx.Queue()
-        self.left = ctx.Value("l", 0)
-        self.procs = [
-            ctx.Process(target=_pool_process, args=(self.tasks, self.done, self.left), daemon=True)
-            for _ in range(workers)
-        ]
-        for p in self.procs:
-            p.start()
-
-    def run(self, task: tuple[Any, ...], budget: int | None) -> list[Any]:
-        """Run every process's Worker on one study; their exit codes."""
-        if budget is not None:
-            self.left.value = budget
-        for _ in range(self.workers):
-            self.tasks.put((*task, budget))
-        return [self.done.get() for _ in range(self.workers)]
-
-    def close(self) -> None:
-        for _ in self.procs:
-            self.tasks.put(None)
-        for p in self.procs:
-            p.join(timeout=30)
-
-
-_POOL: WorkerPool | None = None
-
-
-def _run_worker(
-    url: str,
-    study: str,
-    benchmark: str,
-    instance: str,
-    data: str | None,
-    time_scale: float,
-    log_path: str,
-    budget_left: int | None,
-    left: Any = None,
-) -> int:
-    from search.db.storage import open_storage
-    from search.study.studies import open_study
-    from search.worker.loop import Worker
-
-    storage = open_storage(url)
-    log = EpochLog(log_path)
-    holder: list[Any] = []
-    if left is None and budget_left is not None:
-        left = mp.get_context("fork").Value("l", budget_left)
-    budget = Budget(left) if left is not None else None
-
-    def stop_worker() -> None:
-        holder[0]._stop.set()  # the bench's own budget is spent (hpsearch without budget_epochs)
-
-    if benchmark == "lcbench":
-        trial: Any = SurrogateTrial(instance, data, time_scale, log, budget, stop_worker)
-    else:
-        trial = DigitsTrial(log, budget, stop_worker)
-    worker = Worker(
-        storage, open_study(storage, study), run_trial=trial, grace_s=60, progress=False
-    )
-    holder.append(worker)
-    try:
-        return worker.run()
-    finally:
-        log.close()
-        storage.close()
-
-
-def hpsearch_study(
-    url: str,
-    config: Any,
-    benchmark: str,
-    instance: str,
-    data: str | None,
-    workers: int,
-    time_scale: float,
-    tmp: str,
-) -> Run:
-    """One hpsearch study on `url`: created as `hpsearch create` does, run by `workers`
-    workers (this process's own thread when 1) until it is done."""
-    from search.db.storage import open_storage
-    from search.sampling.setup import set_up_study
-
-    storage = open_storage(url, create=True)
-    if storage.is_postgres:
-        from search.db.migrate import upgrade
-
-        upgrade(storage)  # the benchmark's own database: it is its admin
-    set_up_study(storage, config, ["bench/efficiency/runner.py"])
-    storage.close()
-    log_path = os.path.join(tmp, f"{config.study.name}.log")
-    budget = None if has_epoch_budget() else config.study.n_trials  # the bench's own count
-    started = time.monotonic()
-    args = (url, config.study.name, benchmark, instance, data, time_scale, log_path)
-    if workers == 1:
-        codes: list[Any] = [_run_worker(*args, budget)]
-    else:
-        global _POOL
-        if _POOL is None or _POOL.workers != workers:
-            _POOL = WorkerPool(workers)
-        codes = _POOL.run(args, budget)
-    if any(c != 0 for c in codes):
-        raise RuntimeError(f"study {config.study.name}: worker exit codes {codes}")
-    run = EpochLog(log_path).run()
-    run.extra["wall_s"] = time.monotonic() - started
-    run.extra["trials"] = _trial_count(url, config.study.name)
-    return run
-
-
-def _trial_count(url: str, name: str) -> int:
-    import optuna
-
-    from search.db.storage import open_storage
-
-    storage = open_storage(url)
-    try:
-        study = optuna.load_study(study_name=name, storage=storage.optuna_storage())
-        return len(study.get_trials(deepcopy=False))
-    finally:
-        storage.close()
 
 
 # -- one (instance, strategy, seed) ----------------------------------------------------------------
@@ -444,40 +152,74 @@ class Job:
     data: str | None
     storage: str | None
     time_scale: float
+    metric: str = "val_accuracy"
+
+
+def _maximize(metric: str) -> bool:
+    from bench.efficiency.lcbench import METRICS
+
+    return METRICS.get(metric, True)
+
+
+def _unscored(run: Run, metric: str) -> Run:
+    """An in-process strategy's run (values are `Curve.score`) with the metric's own values."""
+    if _maximize(metric):
+        return run
+    return Run([(at, -v) for at, v in run.finished], run.epochs, run.extra)
 
 
 def run_job(job: Job) -> Run:
-    """One study of `job.strategy` with `job.seed`."""
+    """One study of `job.strategy` with `job.seed`. Its values are the metric's own values."""
     logging.getLogger("search").setLevel(logging.WARNING)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     started = time.monotonic()
-    if job.strategy in OPTUNA or job.strategy in SIM:
+    if job.strategy in OPTUNA or job.strategy in SIM or job.strategy == "sh-bracket":
         from bench.efficiency.lcbench import LCBench
+        from bench.efficiency.sh_bracket import sh_bracket_study
         from bench.efficiency.simulate import asha_study, optuna_study
 
-        bench = LCBench(job.instance, job.data)
+        bench = LCBench(job.instance, job.data, metric=job.metric)
         if job.strategy in OPTUNA:
             sampler, pruner = OPTUNA[job.strategy]
             run = optuna_study(bench.curve, sampler, pruner, job.budget, job.seed)
+        elif job.strategy == "sh-bracket":
+            run = sh_bracket_study(bench.scores_at, job.budget, job.seed)
         else:
             run = asha_study(
                 bench.curve, SIM[job.strategy], job.budget, job.seed, workers=job.workers
             )
+        run = _unscored(run, job.metric)
+    elif job.strategy == "smac-mf":
+        from bench.efficiency.smac_mf import smac_study
+
+        out = smac_study(job.instance, job.data, job.metric, job.budget, job.seed)
+        extra = {k: out[k] for k in ("trials", "configs", "shipped_epochs_total")}
+        run = Run([tuple(f) for f in out["finished"]], out["epochs"], extra)  # type: ignore[misc]
+        shipped = Run([tuple(f) for f in out["shipped_finished"]], job.budget)  # type: ignore[misc]
+        run = _unscored(run, job.metric)
+        run.extra["shipped_finished"] = _unscored(shipped, job.metric).finished
     else:
         sampler, pruner = (
             default_strategy() if job.strategy == "default" else HPSEARCH[job.strategy]
         )
-        name = f"eff-{job.instance}-{job.strategy}-{job.seed}-{uuid.uuid4().hex[:6]}"
-        config = study_config(name, sampler, pruner, job.seed, job.budget, job.benchmark)
-        with tempfile.TemporaryDirectory() as tmp:
-            url = job.storage or f"sqlite:///{tmp}/efficiency.db"
-            scale = job.time_scale if job.workers > 1 else 0.0
-            run = hpsearch_study(
-                url, config, job.benchmark, job.instance, job.data, job.workers, scale, tmp
-            )
+        run = run_hpsearch(
+            job.benchmark,
+            job.instance,
+            job.strategy,
+            sampler,
+            pruner,
+            job.seed,
+            job.budget,
+            job.metric,
+            job.workers,
+            job.data,
+            job.storage,
+            job.time_scale,
+        )
     run.extra["wall_s"] = round(time.monotonic() - started, 2)
+    run.extra["load1"] = round(os.getloadavg()[0], 2)
     return run
 
 
@@ -489,11 +231,99 @@ def _run_job_quiet(job: Job) -> tuple[Job, Run]:
     return job, run_job(job)
 
 
-# -- the whole benchmark -------------------------------------------------------------------------
+# -- what decides a result: the cache key ----------------------------------------------------------
+
+CODE: dict[str, tuple[str, ...]] = {
+    "hpsearch": (
+        "search/sampling",
+        "search/pruning",
+        "search/db/pauses.py",
+        "bench/efficiency/real_path.py",
+        "bench/efficiency/lcbench.py",
+        "bench/efficiency/task.py",
+    ),
+    "optuna": ("bench/efficiency/simulate.py", "bench/efficiency/lcbench.py"),
+    "sim": ("bench/efficiency/simulate.py", "bench/efficiency/lcbench.py", "search/sampling"),
+    "sh-bracket": ("bench/efficiency/sh_bracket.py", "bench/efficiency/lcbench.py"),
+    "smac-mf": (
+        "bench/efficiency/smac_mf.py",
+        "bench/efficiency/surrogate_server.py",
+        "bench/efficiency/lcbench.py",
+    ),
+}
+"""The files that decide a strategy family's result, hashed into its cache key (with the
+installed optuna's version, and smac's for smac-mf)."""
+
+_CODE_HASHES: dict[str, str] = {}
+
+
+def _family(strategy: str) -> str:
+    if strategy in OPTUNA:
+        return "optuna"  # plain Optuna: hpsearch's sampling is not used
+    if strategy in SIM:
+        return "sim"
+    if strategy in ("sh-bracket", "smac-mf"):
+        return strategy
+    return "hpsearch"
+
+
+def code_version(family: str) -> str:
+    """A short hash of the `CODE` files of a strategy family (and the versions it runs)."""
+    if family not in _CODE_HASHES:
+        import hashlib
+
+        import optuna
+
+        h = hashlib.sha256(f"optuna {optuna.__version__}\n".encode())
+        if family == "smac-mf":
+            from bench.efficiency.smac_mf import SMAC_VERSION
+
+            h.update(f"smac {SMAC_VERSION}\n".encode())
+        for entry in CODE[family]:
+            root = REPO / entry
+            files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+            for f in files:
+                if f.is_file():
+                    h.update(f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes())
+        _CODE_HASHES[family] = h.hexdigest()[:12]
+    return _CODE_HASHES[family]
+
+
+def strategy_settings(strategy: str) -> Any:
+    """What a strategy runs with (the cache key holds it)."""
+    if strategy == "default":
+        sampler, pruner = default_strategy()
+        return {"sampler": sampler, "pruner": pruner}
+    if strategy in HPSEARCH:
+        return {"sampler": HPSEARCH[strategy][0], "pruner": HPSEARCH[strategy][1]}
+    if strategy in OPTUNA:
+        return {"sampler": OPTUNA[strategy][0], "pruner": OPTUNA[strategy][1]}
+    if strategy in SIM:
+        return {"sampler": SIM[strategy]}
+    if strategy == "sh-bracket":
+        from bench.efficiency.sh_bracket import ETA, N_CONFIGS, RUNGS
+
+        return {"configs": N_CONFIGS, "rungs": list(RUNGS), "eta": ETA}
+    return {"facade": "MultiFidelityFacade", "eta": 3, "min_budget": 1, "charge": "resumed"}
 
 
 def _cache_key(job: Job) -> str:
-    return f"{job.benchmark}/{job.instance}/{job.strategy}/{job.seed}/{job.budget}/{job.workers}"
+    """Everything that changes the result of `job`, as one JSON string."""
+    storage = "sqlite" if not job.storage else job.storage.split(":", 1)[0].split("+")[0]
+    key = {
+        "benchmark": job.benchmark,
+        "instance": job.instance,
+        "strategy": job.strategy,
+        "settings": strategy_settings(job.strategy),
+        "seed": job.seed,
+        "budget": job.budget,
+        "metric": job.metric,
+        "workers": job.workers,
+        "time_scale": job.time_scale if job.workers > 1 else 0,
+        "storage": storage if _family(job.strategy) == "hpsearch" else None,
+        "code": code_version(_family(job.strategy)),
+    }
+    return json.dumps(key, sort_keys=True)
 
 
 def _read_cache(path: str | None) -> dict[str, Run]:
@@ -507,21 +337,87 @@ def _read_cache(path: str | None) -> dict[str, Run]:
     return out
 
 
+_STAMP: dict[str, str] = {}
+
+
 def _append_cache(path: str | None, job: Job, run: Run) -> None:
+    """One line: the key, the study's finished trials and epochs, its extras (seconds, load at
+    its end, ...) and the commit and date that made it."""
     if path:
+        if not _STAMP:
+            _STAMP["commit"] = _commit()
         row = {"key": _cache_key(job), "finished": run.finished, "epochs": run.epochs}
+        stamp = {**_STAMP, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with open(path, "a") as fh:
-            fh.write(json.dumps({**row, "extra": run.extra}) + "\n")
+            fh.write(json.dumps({**row, "extra": run.extra, "stamp": stamp}) + "\n")
+
+
+# -- the whole benchmark -------------------------------------------------------------------------
+
+DEV_INSTANCES = [
+    "126026",
+    "126029",
+    "146212",
+    "167152",
+    "167168",
+    "167181",
+    "167185",
+    "167190",
+    "167200",
+    "167201",
+    "168329",
+    "168331",
+    "168908",
+    "189354",
+    "189862",
+    "189865",
+    "189873",
+    "189905",
+    "189906",
+    "189908",
+    "189909",
+    "34539",
+    "3945",
+    "7593",
+]
+"""LCBench's development instances (issue 27): every choice is made on these. The other ten
+are the held-out test set, measured by others: do not run them."""
+
+SUITES: dict[str, list[str]] = {"dev": DEV_INSTANCES}
+SUITE_SEEDS = 5
+NAMED = ("189906", "167168", "189873", "3945", "7593")
+NAMED_SEEDS = 10
+"""`--suite` without `--seeds`: 5 seeds an instance, 10 on the five named in issue 27."""
+
+PEERS = ("sh-bracket", "smac-mf")
+SHIPPED = "smac-mf-shipped"
+"""smac-mf's studies charged as shipped (every run pays all its epochs): a row of the tables,
+not a strategy of its own."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--benchmark", choices=("lcbench", "digits"), default="lcbench")
-    parser.add_argument("--instances", default=DEFAULT_INSTANCES, help="LCBench OpenML task ids")
+    parser.add_argument(
+        "--instances", default=None, help=f"LCBench OpenML task ids (default {DEFAULT_INSTANCES})"
+    )
+    parser.add_argument(
+        "--suite", default=None, help=f"a set of instances: {', '.join(SUITES)} (24 instances)"
+    )
     parser.add_argument("--strategies", default=None, help=f"default: {DEFAULT_STRATEGIES}")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 of every strategy")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds 0..N-1 of every strategy (default 10; --suite: 5, 10 on the named five)",
+    )
     parser.add_argument(
         "--budget-epochs", type=int, default=None, help="default 5000 (digits 1350)"
+    )
+    parser.add_argument(
+        "--metric",
+        default="val_accuracy",
+        help="lcbench: val_accuracy, val_balanced_accuracy or val_cross_entropy (minimised)",
     )
     parser.add_argument("--workers", type=int, default=1, help="hpsearch workers per study")
     parser.add_argument("--json", default=None, help="default: bench/efficiency-BENCHMARK.json")
@@ -542,6 +438,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reference",
         default=None,
         help="a JSON of this script: its random's mean final is the target (random not rerun)",
+    )
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="run only the strategies named, not random (their studies go to --cache: "
+        "summarize them with random's there by --report-only)",
     )
     parser.add_argument("--time-scale", type=float, default=1 / 500, help="with --workers > 1")
     parser.add_argument(
@@ -569,20 +471,85 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _bad_choices(args: argparse.Namespace) -> str | None:
+    """What is wrong with --suite, --instances and --metric, in one line (None: nothing)."""
+    from bench.efficiency.lcbench import METRICS
+
+    if args.suite is not None and args.suite not in SUITES:
+        return f"--suite: unknown suite {args.suite!r} (known: {', '.join(SUITES)})"
+    if args.suite is not None and args.instances is not None:
+        return "--suite and --instances: give one of them"
+    if args.benchmark == "digits" and (args.suite or args.instances):
+        return "--suite/--instances: only for --benchmark lcbench"
+    if args.metric not in METRICS:
+        return f"--metric: unknown metric {args.metric!r} (one of {', '.join(METRICS)})"
+    if args.benchmark == "digits" and args.metric != "val_accuracy":
+        return "--metric: digits is scored by val_accuracy only"
+    if args.instances is not None and not all(i.strip() for i in args.instances.split(",")):
+        return f"--instances: an empty instance id in {args.instances!r}"
+    return None
+
+
+def _seeds_of(instance: str, args: argparse.Namespace) -> int:
+    if args.seeds is not None:
+        return int(args.seeds)
+    if args.suite is not None:
+        return NAMED_SEEDS if instance in NAMED else SUITE_SEEDS
+    return 10
+
+
+def _git(*cmd: str) -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def _commit() -> str:
+    """HEAD's short hash, with +dirty when tracked files differ from it."""
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    return _git("rev-parse", "--short=12", "HEAD") + ("+dirty" if dirty else "")
+
+
+def _uptime() -> str:
+    with open("/proc/loadavg") as fh:
+        one, five, fifteen = fh.read().split()[:3]
+    return f"load average: {one}, {five}, {fifteen}"
+
+
+def _final(run: Run, maximize: bool) -> float:
+    """The run's best fully trained value in the metric's direction."""
+    values = [v for _, v in run.finished]
+    if not values:
+        return -math.inf if maximize else math.inf
+    return max(values) if maximize else min(values)
+
+
+def _fmt_speedup(x: float | None) -> str:
+    return f"{x:.1f}x" if x else "never"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    wrong = _bad_numbers(args)
+    wrong = _bad_numbers(args) or _bad_choices(args)
     if wrong:
         print(f"efficiency.py: {wrong}", file=sys.stderr)
         return 2
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
+    maximize = True if digits else _maximize(args.metric)
     strategies = (
         args.strategies or ("default,random,tpe,tpe-hyperband" if digits else DEFAULT_STRATEGIES)
     ).split(",")
-    known = {"default", *HPSEARCH, *OPTUNA, *SIM}
+    known = {"default", *HPSEARCH, *OPTUNA, *SIM, *PEERS}
+    in_process = set(OPTUNA) | set(SIM) | set(PEERS)
     bad = [s for s in strategies if s not in known]
-    if bad or (digits and any(s in OPTUNA or s in SIM for s in strategies)):
+    if bad or (digits and any(s in in_process for s in strategies)):
         print(
             f"efficiency.py: --strategies: unknown or not for {args.benchmark}: "
             f"{', '.join(bad or strategies)}",
@@ -594,20 +561,37 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"efficiency.py: --reference: cannot read {args.reference}: {exc}", file=sys.stderr)
         return 2
-    if "random" not in strategies and reference is None:
+    if "random" not in strategies and reference is None and not args.no_reference:
         strategies.insert(0, "random")  # the reference
-    instances = ["digits"] if digits else args.instances.split(",")
+    if digits:
+        instances = ["digits"]
+    elif args.suite:
+        instances = list(SUITES[args.suite])
+    else:
+        instances = (args.instances or DEFAULT_INSTANCES).split(",")
     data = args.data or os.environ.get("YAHPO_DATA")
     if not digits and not args.report_only:
         from bench.efficiency.lcbench import LCBench, default_data_dir
 
         data = data or str(default_data_dir())
         try:
-            for instance in instances:
-                LCBench(instance, data)
+            known_instances = LCBench(instances[0], data)._bench.instances
         except (FileNotFoundError, ValueError, ImportError) as exc:
             print(f"efficiency.py: {exc}", file=sys.stderr)
             return 2
+        unknown = [i for i in instances if i not in known_instances]
+        if unknown:
+            print(f"efficiency.py: unknown LCBench instance {unknown[0]!r}", file=sys.stderr)
+            return 2
+    if "smac-mf" in strategies and not args.report_only:
+        from bench.efficiency.smac_mf import SmacUnavailable, ensure_venv
+
+        try:
+            ensure_venv()
+        except SmacUnavailable as exc:
+            print(f"efficiency.py: smac-mf: {exc}", file=sys.stderr)
+            return 2
+    seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(
             args.benchmark,
@@ -619,21 +603,24 @@ def main(argv: list[str] | None = None) -> int:
             data,
             args.storage,
             args.time_scale,
+            args.metric,
         )
         # Seed by seed: an interrupted run has as many seeds of every strategy (--cache).
-        for seed in range(args.seeds)
+        for seed in range(max(seeds.values()))
         for instance in instances
+        if seed < seeds[instance]
         for strategy in strategies
     ]
     n_jobs = args.jobs or (1 if args.workers > 1 or args.storage else os.cpu_count() or 1)
     started = time.monotonic()
-    load_before = os.getloadavg()
+    load_before = _uptime()
     results: dict[tuple[str, str], list[Run]] = {}
     cached = _read_cache(args.cache)
     todo = []
     for job in jobs:
         run = cached.get(_cache_key(job))
         if run is not None:
+            run.extra.setdefault("seed", job.seed)
             results.setdefault((job.instance, job.strategy), []).append(run)
         elif not args.report_only:
             todo.append(job)
@@ -649,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
             _append_cache(args.cache, job, run)
             print(
                 f"[{i}/{len(todo)}] {job.instance} {job.strategy} seed {job.seed}: final "
-                f"{run.final:.2f}, {run.epochs} epochs, {run.extra.get('trials')} trials, "
-                f"{run.extra['wall_s']:.1f} s",
+                f"{_final(run, maximize):.4g}, {run.epochs} epochs, "
+                f"{run.extra.get('trials')} trials, {run.extra['wall_s']:.1f} s",
                 file=sys.stderr,
                 flush=True,
             )
@@ -658,60 +645,116 @@ def main(argv: list[str] | None = None) -> int:
         if pool:
             pool.close()
             pool.join()
-    if _POOL is not None:
-        _POOL.close()
+    close_pool()
+    if "smac-mf" in strategies:  # the same studies, charged as shipped
+        strategies.insert(strategies.index("smac-mf") + 1, SHIPPED)
+        for instance in instances:
+            runs = results.get((instance, "smac-mf"), [])
+            results[(instance, SHIPPED)] = [
+                Run([tuple(f) for f in r.extra.get("shipped_finished", [])], budget, r.extra)  # type: ignore[misc]
+                for r in runs
+            ]
     elapsed = time.monotonic() - started
+    command = " ".join(
+        ["python -m bench.efficiency", *(argv if argv is not None else sys.argv[1:])]
+    )
     out: dict[str, Any] = {
-        "command": " ".join(
-            ["python", "bench/efficiency/runner.py", *(argv if argv is not None else sys.argv[1:])]
-        ),
+        "command": command,
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "benchmark": args.benchmark,
+        "suite": args.suite,
+        "metric": "val_accuracy" if digits else args.metric,
+        "maximize": maximize,
         "budget_epochs": budget,
-        "seeds": list(range(args.seeds)),
+        "seeds": seeds,
         "workers": args.workers,
         "time_scale": args.time_scale if args.workers > 1 else 0,
+        "jobs": n_jobs,
         "default_strategy": dict(zip(("sampler", "pruner"), default_strategy(), strict=True)),
+        "code_versions": {f: code_version(f) for f in {_family(s) for s in strategies}},
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-        "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
+        "load": {"before": load_before, "after": _uptime()},
         "elapsed_s": round(elapsed, 1),
+        "studies_run": len(todo),
+        "seconds_per_study": {},
         "instances": {},
+        "distribution": {},
     }
+    for strategy in strategies:
+        walls = [
+            r.extra["wall_s"]
+            for i in instances
+            for r in results.get((i, strategy), [])
+            if "wall_s" in r.extra
+        ]
+        if walls and strategy != SHIPPED:
+            out["seconds_per_study"][strategy] = round(sum(walls) / len(walls), 2)
+    direction = "maximised" if maximize else "minimised"
     print(
-        f"\n{args.benchmark}, budget {budget} epochs, {args.seeds} seeds, "
-        f"{args.workers} worker(s), {elapsed / 60:.1f} min"
+        f"\n{args.benchmark}, {out['metric']} ({direction}), budget {budget} epochs, "
+        f"seeds {min(seeds.values())}-{max(seeds.values())}, {args.workers} worker(s), "
+        f"{elapsed / 60:.1f} min, {len(todo)} studies run; {out['load']['after']}"
     )
+    per_strategy: dict[str, list[dict[str, Any]]] = {}
     for instance in instances:
         if reference is not None:
             target = reference["instances"][instance]["target"]
             where = f"random's mean final in {args.reference}"
         else:
-            target = summarize(results[(instance, "random")], budget, -math.inf)["final_mean"]
+            if not results.get((instance, "random")):
+                continue
+            worst = -math.inf if maximize else math.inf
+            randoms = results[(instance, "random")]
+            target = summarize(randoms, budget, worst, maximize=maximize)["final_mean"]
             where = "random's mean final"
         table = {}
-        print(f"\n{instance}: target {target:.2f} ({where})\n")
+        print(f"\n{instance}: target {target:.4g} ({where})\n")
         print(
             "| strategy | final mean (sd) | speedup | 90% CI | seeds reached "
-            "| median epochs to target | trials |"
+            "| median epochs to target | trials | s/study |"
         )
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         for strategy in strategies:
             runs = results.get((instance, strategy))
             if not runs:
                 continue
-            s = summarize(runs, budget, target)
+            s = summarize(runs, budget, target, maximize=maximize)
             s["trials_mean"] = sum(r.extra.get("trials", 0) for r in runs) / len(runs)
-            s["finals"] = [r.final for r in runs]
+            s["finals"] = [_final(r, maximize) for r in runs]
             s["seed_list"] = sorted(r.extra.get("seed", -1) for r in runs)
+            walls = [r.extra["wall_s"] for r in runs if "wall_s" in r.extra]
+            s["seconds_per_study"] = round(sum(walls) / len(walls), 2) if walls else None
             table[strategy] = s
-            sp = f"{s['speedup']:.1f}x" if s["speedup"] else "not reached"
+            per_strategy.setdefault(strategy, []).append(s)
             lo, hi = s["speedup_ci90"]
             med = s["median_epochs_to_target"]
             print(
-                f"| {strategy} | {s['final_mean']:.2f} ({s['final_sd']:.2f}) | {sp} "
-                f"| {lo:.1f}-{hi:.1f} | {s['seeds_reached']}/{s['seeds']} "
-                f"| {med if med is not None else '-'} | {s['trials_mean']:.0f} |"
+                f"| {strategy} | {s['final_mean']:.4g} ({s['final_sd']:.2g}) "
+                f"| {_fmt_speedup(s['speedup'])} | {lo:.1f}-{hi:.1f} "
+                f"| {s['seeds_reached']}/{s['seeds']} | {med if med is not None else '-'} "
+                f"| {s['trials_mean']:.0f} | {s['seconds_per_study'] or 0:.1f} |"
             )
         out["instances"][instance] = {"target": target, "target_from": where, "strategies": table}
+    print(f"\nacross instances ({len(out['instances'])}): speedup to random's mean final\n")
+    print(
+        "| strategy | instances | median | 10th pct | min | instances reached "
+        "| instance-seeds reached | s/study |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for strategy in strategies:
+        if strategy not in per_strategy:
+            continue
+        d = distribution(per_strategy[strategy])
+        out["distribution"][strategy] = d
+        print(
+            f"| {strategy} | {d['instances']} | {_fmt_speedup(d['speedup_median'])} "
+            f"| {_fmt_speedup(d['speedup_p10'])} | {_fmt_speedup(d['speedup_min'])} "
+            f"| {d['instances_reached']}/{d['instances']} "
+            f"| {d['instance_seeds_reached']}/{d['instance_seeds']} "
+            f"({100 * (d['reached_share'] or 0):.0f}%) "
+            f"| {out['seconds_per_study'].get(strategy, 0):.1f} |"
+        )
     path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
     path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwritten {path}")

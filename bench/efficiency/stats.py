@@ -10,6 +10,14 @@ speedup = budget / the first epoch at which the strategy's mean incumbent reache
 interval resamples the strategy's seeds with replacement (the target stays fixed); a resample
 that never reaches the target counts as speedup 0.
 
+A minimised metric (`maximize=False` in `summarize`) is the same computation on the negated
+values: the incumbent is the lowest value, the target is reached from above, and the finals are
+reported as the metric's own values.
+
+Across instances (`distribution`): the median, 10th percentile and minimum of the per-instance
+speedups (an instance whose mean incumbent never reaches the target counts as 0), and the share
+of all instance-seeds whose own incumbent reached their instance's target.
+
 Example::
 
     >>> runs = [Run([(100, 0.8), (300, 0.9)], 400), Run([(200, 0.85)], 400)]
@@ -29,7 +37,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Run", "epochs_to", "incumbents", "speedup", "speedup_ci", "summarize"]
+__all__ = [
+    "Run",
+    "distribution",
+    "epochs_to",
+    "incumbents",
+    "negated",
+    "speedup",
+    "speedup_ci",
+    "summarize",
+]
 
 
 @dataclass
@@ -98,9 +115,21 @@ def epochs_to(run: Run, target: float) -> float:
     return float(min(hits)) if hits else math.inf
 
 
-def summarize(runs: Sequence[Run], budget: int, target: float) -> dict[str, Any]:
+def negated(run: Run) -> Run:
+    """The run with every value negated (a minimised metric as a maximised one)."""
+    return Run([(at, -value) for at, value in run.finished], run.epochs, run.extra)
+
+
+def summarize(
+    runs: Sequence[Run], budget: int, target: float, *, maximize: bool = True
+) -> dict[str, Any]:
     """One strategy's entry of the JSON: final mean and sd, speedup and its CI, seeds that
-    reached the target, median epochs to it (None when most seeds never did)."""
+    reached the target, median epochs to it (None when most seeds never did). With
+    `maximize=False` lower values are better (the finals stay the metric's own values)."""
+    if not maximize:
+        out = summarize([negated(r) for r in runs], budget, -target)
+        out["final_mean"] = -out["final_mean"]
+        return out
     finals = [r.final for r in runs]
     to = sorted(epochs_to(r, target) for r in runs)
     median = statistics.median(to)
@@ -115,4 +144,26 @@ def summarize(runs: Sequence[Run], budget: int, target: float) -> dict[str, Any]
         "median_epochs_to_target": median if math.isfinite(median) else None,
         "epochs_mean": statistics.fmean(r.epochs for r in runs),
         "fully_trained_mean": statistics.fmean(len(r.finished) for r in runs),
+    }
+
+
+def distribution(per_instance: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Across instances, from `summarize`'s entries of one strategy (one per instance): median,
+    10th percentile and minimum speedup (never reached: 0), instances reached, instance-seeds
+    that reached the target and their share, median final mean."""
+    speedups = np.array([s["speedup"] or 0.0 for s in per_instance], dtype=float)
+    seeds = sum(s["seeds"] for s in per_instance)
+    reached = sum(s["seeds_reached"] for s in per_instance)
+    return {
+        "instances": len(per_instance),
+        "speedup_median": float(np.median(speedups)) if len(speedups) else None,
+        "speedup_p10": float(np.quantile(speedups, 0.1)) if len(speedups) else None,
+        "speedup_min": float(speedups.min()) if len(speedups) else None,
+        "instances_reached": int((speedups > 0).sum()),
+        "instance_seeds": seeds,
+        "instance_seeds_reached": reached,
+        "reached_share": reached / seeds if seeds else None,
+        "final_mean_median": (
+            float(np.median([s["final_mean"] for s in per_instance])) if per_instance else None
+        ),
     }

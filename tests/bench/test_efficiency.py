@@ -4,6 +4,8 @@ through hpsearch's real path (workers, sampling, pruning, the database) on a tin
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 import math
 import os
 import subprocess
@@ -137,3 +139,215 @@ def test_bad_flags_are_one_line_exit_2_and_nothing_written(
     assert done.stderr.startswith(f"efficiency.py: {message}") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "test"], "--suite: unknown suite 'test' (known: dev)"),
+        (["--metric", "val_f1"], "--metric: unknown metric 'val_f1'"),
+        (["--suite", "dev", "--instances", "189906"], "--suite and --instances: give one"),
+        (["--benchmark", "digits", "--metric", "val_cross_entropy"], "--metric: digits is"),
+    ],
+)
+def test_bad_suite_and_metric_flags_are_one_line_exit_2_and_nothing_written(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    test_bad_flags_are_one_line_exit_2_and_nothing_written(args, message, tmp_path)
+
+
+def test_the_dev_suite_is_the_24_development_instances_with_more_seeds_on_the_named_five() -> None:
+    from bench.efficiency.runner import DEV_INSTANCES, NAMED, _seeds_of, parse_args
+
+    assert len(DEV_INSTANCES) == len(set(DEV_INSTANCES)) == 24
+    assert set(NAMED) <= set(DEV_INSTANCES)
+    args = parse_args(["--suite", "dev"])
+    assert [_seeds_of(i, args) for i in ("189906", "126026")] == [10, 5]
+    assert _seeds_of("126026", parse_args(["--suite", "dev", "--seeds", "3"])) == 3
+
+
+def test_the_cache_key_holds_the_metric_the_workers_the_time_scale_and_the_code() -> None:
+    from dataclasses import replace
+
+    from bench.efficiency.runner import Job, _cache_key, code_version
+
+    job = Job("lcbench", "189906", "random", 0, 5000, 1, None, None, 0.002)
+    key = json.loads(_cache_key(job))
+    assert key["code"] == code_version("hpsearch") and key["settings"]["sampler"] == "random"
+    assert key["time_scale"] == 0  # one worker: epochs take no time
+    changed = [
+        replace(job, metric="val_cross_entropy"),
+        replace(job, workers=8),
+        replace(job, seed=1),
+        replace(job, budget=4000),
+        replace(job, strategy="default"),
+        replace(job, strategy="sh-bracket"),
+    ]
+    keys = {_cache_key(j) for j in [job, *changed]}
+    assert len(keys) == len(changed) + 1
+    assert _cache_key(replace(job, workers=8, time_scale=0.01)) != _cache_key(changed[1])
+    families = ("hpsearch", "optuna", "sim", "sh-bracket", "smac-mf")
+    assert len({code_version(f) for f in families}) == len(families)
+
+
+def test_sh_bracket_charges_exactly_the_budget_and_promotes_the_top_third() -> None:
+    from bench.efficiency.sh_bracket import RUNGS, bracket_epochs, sh_bracket_study
+
+    asked: list[tuple[int, list[float]]] = []
+
+    def scores_at(configs: list[dict[str, float]], epoch: int) -> list[float]:
+        asked.append((epoch, [c["x"] for c in configs]))
+        return [c["x"] + epoch / 1000 for c in configs]  # x ranks them at every epoch
+
+    space = {"x": {"type": "float", "low": 0.0, "high": 1.0}}
+    run = sh_bracket_study(scores_at, 1000, seed=3, space=space)
+    assert run.epochs == 1000 and bracket_epochs() == 798
+    # The first bracket: 243 at 1 epoch, then the best 81, 27, 9, 3 (sorted best first).
+    assert [(e, len(xs)) for e, xs in asked[:5]] == list(
+        zip(RUNGS, (243, 81, 27, 9, 3), strict=True)
+    )
+    for (_, before), (_, after) in itertools.pairwise(asked[:5]):
+        assert after == sorted(before, reverse=True)[: len(before) // 3]
+    assert [at for at, _ in run.finished] == [752, 775, 798]
+    assert [v for _, v in run.finished] == [x + 0.05 for x in asked[4][1]]
+    # The second bracket's 202 epochs: new configurations, 202 of them for 1 epoch, then the end.
+    assert asked[5][0] == 1 and len(asked[5][1]) == 1000 - 798 and len(asked) == 6
+    assert not set(asked[5][1]) & set(asked[0][1])
+    # A budget ending inside a rung: the configuration cut off there is not finished.
+    assert sh_bracket_study(scores_at, 760, seed=3, space=space).finished == [
+        (752, pytest.approx(max(asked[0][1]) + 0.05))
+    ]
+    assert sh_bracket_study(scores_at, 760, seed=3, space=space).epochs == 760
+
+
+def test_a_minimised_metric_is_summarized_from_below() -> None:
+    runs = [Run([(100, 2.0), (200, 0.5)], 400), Run([(150, 1.0)], 400)]
+    s = summarize(runs, 400, target=1.0, maximize=False)
+    # The mean incumbent: (2.0 + 1.0) / 2 = 1.5 at 150, (0.5 + 1.0) / 2 = 0.75 at 200.
+    assert s["speedup"] == 400 / 200 and s["final_mean"] == pytest.approx(0.75)
+    assert s["seeds_reached"] == 2 and s["median_epochs_to_target"] == 175
+
+
+@needs_data
+def test_lcbench_scores_a_chosen_metric_in_its_direction() -> None:
+    ce = LCBench("189906", DATA, metric="val_cross_entropy").curve(README_POINT)
+    acc = LCBench("189906", DATA).curve(README_POINT)
+    assert not ce.maximize and ce.score == tuple(-v for v in ce.values)
+    assert ce.values[-1] < ce.values[0]  # the loss falls as it learns
+    assert acc.values == acc.score == acc.accuracy and acc.seconds == ce.seconds
+    bench = LCBench("189906", DATA, metric="val_cross_entropy")
+    assert bench.scores_at([README_POINT], 9) == [ce.score[8]]
+    with pytest.raises(ValueError, match="unknown LCBench metric"):
+        LCBench("189906", DATA, metric="val_f1")
+
+
+@needs_data
+def test_the_surrogate_server_answers_the_curve_the_process_computes_itself() -> None:
+    from bench.efficiency.smac_mf import SurrogateClient
+
+    client = SurrogateClient(sys.executable, "189906", str(DATA), "val_cross_entropy")
+    try:
+        assert client.maximize is False
+        got = client.curve(README_POINT, 17)
+        with pytest.raises(RuntimeError, match=r"epochs must be 1\.\.50"):
+            client.curve(README_POINT, 51)
+        full = client.curve({**README_POINT, "num_layers": 3}, EPOCHS)
+    finally:
+        client.close()
+    mine = LCBench("189906", DATA, metric="val_cross_entropy")
+    assert got["values"] == list(mine.curve(README_POINT).values[:17])
+    assert got["seconds"] == list(mine.curve(README_POINT).seconds[:17])
+    assert full["values"] == list(mine.curve({**README_POINT, "num_layers": 3}).values)
+
+
+SMAC_MISSING = None
+try:
+    from bench.efficiency.smac_mf import SMAC_VERSION, installed_version
+
+    if installed_version() != SMAC_VERSION:
+        SMAC_MISSING = (
+            f"smac {SMAC_VERSION} is not in .bench-venvs/smac: `python -c 'from "
+            "bench.efficiency.smac_mf import ensure_venv; ensure_venv()'` makes it (needs PyPI)"
+        )
+except Exception as exc:  # the skip says why
+    SMAC_MISSING = f"cannot look for SMAC's virtualenv: {exc}"
+
+
+@needs_data
+@pytest.mark.skipif(SMAC_MISSING is not None, reason=SMAC_MISSING or "")
+def test_smac_mf_stops_at_the_budget_and_charges_resumed_runs_less_than_shipped() -> None:
+    from bench.efficiency.smac_mf import smac_study
+
+    out = smac_study("189906", str(DATA), "val_accuracy", 400, seed=0)
+    assert out["epochs"] == 400
+    assert out["finished"], "Hyperband's first bracket trains a configuration to 50 epochs"
+    generous = [at for at, _ in out["finished"]]
+    shipped = [at for at, _ in out["shipped_finished"]]
+    assert generous == sorted(generous) and generous[-1] <= 400
+    # The same runs, each charged all its epochs: later, and fewer of them within the budget.
+    assert all(s > g for s, g in zip(shipped, generous, strict=False))
+    assert len(shipped) <= len(generous) and out["shipped_epochs_total"] > 400
+    # Its values are the surrogate's accuracies at 50 epochs.
+    assert all(50 < v <= 100 for _, v in out["finished"])
+
+
+@needs_data
+def test_metric_val_cross_entropy_is_minimised_by_the_strategies_and_the_speedup(
+    tmp_path: Path,
+) -> None:
+    """The bench's tables on --metric val_cross_entropy: the lowest loss is a study's final,
+    and a target is reached from above."""
+    from bench.efficiency.sh_bracket import sh_bracket_study
+
+    bench = LCBench("189906", DATA, metric="val_cross_entropy")
+    run = sh_bracket_study(bench.scores_at, 798, seed=0)
+    losses = [(at, -score) for at, score in run.finished]
+    best, worst = min(v for _, v in losses), max(v for _, v in losses)
+    assert len(losses) == 3 and all(v > 0 for _, v in losses) and best < worst
+    target = (best + worst) / 2
+    # Reached when a loss at or below the target finishes; read the wrong way round (as a
+    # maximised metric) it would be when one at or above it does: another trial, another epoch.
+    reached_at = min(at for at, v in losses if v <= target)
+
+    def table(target: float) -> dict:
+        ref = tmp_path / "ref.json"
+        ref.write_text(json.dumps({"instances": {"189906": {"target": target}}}))
+        out = tmp_path / "out.json"
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.efficiency",
+                "--instances",
+                "189906",
+                "--strategies",
+                "sh-bracket",
+                "--seeds",
+                "1",
+                "--budget-epochs",
+                "798",
+                "--metric",
+                "val_cross_entropy",
+                "--reference",
+                str(ref),
+                "--json",
+                str(out),
+                "--data",
+                str(DATA),
+                "--jobs",
+                "1",
+            ],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(out.read_text())
+        assert result["metric"] == "val_cross_entropy" and result["maximize"] is False
+        return result["instances"]["189906"]["strategies"]["sh-bracket"]
+
+    got = table(target)
+    assert got["final_mean"] == pytest.approx(best)  # the lowest loss, not the highest
+    assert got["finals"] == [pytest.approx(best)]
+    assert got["speedup"] == pytest.approx(798 / reached_at)
