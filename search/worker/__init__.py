@@ -2,7 +2,7 @@
 data-parallel group, and the local launcher of worker processes.
 
 - `loop`: `Worker`, claim, train, report, checkpoint, finish; until the study is done;
-- `trial_run`: what a trial function gets (`TrialRun`) and returns (`TrialOutcome`);
+- `trial`: what a trial function gets (`TrialRun`) and returns (`TrialOutcome`);
 - `training`: the default trial function (`trainer.train` in this process);
 - `trial_group`: a trial as K rank processes (``--gpus-per-trial``);
 - `report_writer`: reports written without making training wait;
@@ -10,18 +10,18 @@ data-parallel group, and the local launcher of worker processes.
   promoting (promotion-based ASHA);
 - `artifacts`: checkpoints every worker can reach;
 - `preflight`: the checks before a worker registers; `provenance`: what made a trial;
-- `run`: one worker in this process (`run_worker`, `WorkerOptions`);
+- `start`: one worker in this process (`run_worker`, `WorkerOptions`);
 - `launcher`: every local child process (workers, ranks): devices, threads, restarts;
 - `slurm_script`: the sbatch script of a job array of workers (`hpsearch slurm`);
-- `pause`: a trial paused at an ASHA rung; `tracked`: a trial's tracker runs;
-- `trial_by_hand`: `hpsearch try`, one configuration without a study.
+- `tracked`: a trial's tracker runs. (`hpsearch try`, one configuration without a study, is
+  `search.commands.try_`.)
 """
 
 from search.worker.artifacts import ArtifactStore, artifact_store_for
 from search.worker.launcher import run_worker_processes
 from search.worker.loop import Worker
-from search.worker.run import WorkerOptions, run_worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.start import WorkerOptions, run_worker
+from search.worker.trial import TrialOutcome, TrialRun
 
 __all__ = [
     "ArtifactStore",

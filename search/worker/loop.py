@@ -69,7 +69,7 @@ from search.worker.report_writer import ReportWriter
 from search.worker.self_fence import LeaseWatchdog
 from search.worker.tracked import TrialTracking
 from search.worker.training import run_training
-from search.worker.trial_run import TrialFunction, TrialOutcome, TrialRun, trial_end
+from search.worker.trial import TrialFunction, TrialOutcome, TrialRun, trial_end
 from trainer import CheckpointStore
 
 __all__ = ["DEFAULT_GRACE_S", "Worker"]
