@@ -1,8 +1,15 @@
 """The worker: pulls a study's trials one at a time and trains them, on one device or as a
 data-parallel group, and the local launcher of worker processes.
 
-- `loop`: `Worker`, claim, train, report, checkpoint, finish; until the study is done;
-- `trial`: what a trial function gets (`TrialRun`) and returns (`TrialOutcome`);
+- `loop`: `Worker`, one trial after another until the study is done; each trial's way:
+  `claiming` (the next trial, or the study's end), `trial_start` (its params, `TrialRun` and
+  reporter), `decisions` (pruner, budget and promotion at each report: why it stops),
+  `recording` (its end, pause or hand-back: one `match` on its `StopReason`);
+- `health`: the database's health, which every part reports to; `heartbeat` (and the lease
+  watchdog, `self_fence`); `signals`: SIGTERM and Ctrl-C; `progress`: the terminal line and the
+  budget on the dashboard;
+- `trial`: what a trial function gets (`TrialRun`) and returns (`TrialOutcome`), and why it
+  stopped (`StopReason`);
 - `training`: the default trial function (`trainer.train` in this process);
 - `trial_group`: a trial as K rank processes (``--gpus-per-trial``);
 - `report_writer`: reports written without making training wait;
