@@ -13,8 +13,8 @@ data-parallel group, and the local launcher of worker processes.
 - `training`: the default trial function (`trainer.train` in this process);
 - `trial_group`: a trial as K rank processes (``--gpus-per-trial``);
 - `report_writer`: reports written without making training wait;
-- `pause`: a study's epoch and hour budgets as a worker spends them; pausing at rungs and
-  promoting (promotion-based ASHA);
+- `budget_and_promotion`: a study's epoch and hour budgets as a worker spends them; pausing at
+  rungs and promoting (promotion-based ASHA);
 - `artifacts`: checkpoints every worker can reach;
 - `preflight`: the checks before a worker registers; `provenance`: what made a trial;
 - `start`: one worker in this process (`run_worker`, `WorkerOptions`);

@@ -2,12 +2,13 @@
 
 `StudyRules` is what decides on a study's trials, as one worker applies it: the epochs where the
 pruner may stop a trial (`PruningPoints`), the epoch and hour budgets (`StudyLimits`) and
-promotion-based ASHA (`Promoter`, both `search.worker.pause`). `TrialReporter` is one trial's
-report callback: each value goes to the background writer (`search.worker.report_writer`); at an
-epoch where the pruner can decide, it is asked; with a budget, every new epoch uses the epoch
-reserved for it and reserves the next; at a rung of promotion-based ASHA the trial goes on if it
-ranks in the top 1/eta there. When it says stop, `stopped` says why (`search.worker.trial`'s
-`StopReason`), and `ended_by(outcome)` is how the trial ended, for its record.
+promotion-based ASHA (`Promoter`, both `search.worker.budget_and_promotion`). `TrialReporter`
+is one trial's report callback: each value goes to the background writer
+(`search.worker.report_writer`); at an epoch where the pruner can decide, it is asked; with a
+budget, every new epoch uses the epoch reserved for it and reserves the next; at a rung of
+promotion-based ASHA the trial goes on if it ranks in the top 1/eta there. When it says stop,
+`stopped` says why (`search.worker.trial`'s `StopReason`), and `ended_by(outcome)` is how the
+trial ended, for its record.
 
     reporter = TrialReporter(claim, reported, rules=rules, writer=writer, health=health,
                              held=held, show=progress.show)
@@ -25,8 +26,8 @@ from search.pruning.pruners import rung_steps
 from search.pruning.view import Pruner
 from search.study.config import PrunerSettings
 from search.study.studies import StudyRef
+from search.worker.budget_and_promotion import Promoter, StudyLimits
 from search.worker.health import DatabaseHealth, HeldTrial
-from search.worker.pause import Promoter, StudyLimits
 from search.worker.report_writer import ReportWriter
 from search.worker.trial import (
     BudgetSpent,
@@ -84,7 +85,7 @@ class StudyRules:
         config = study.config
         self.storage, self.study, self.epochs = storage, study, config.task.epochs
         self.points = PruningPoints.of(config.pruner, self.epochs)
-        # Budgets and promotion-based ASHA (search/worker/pause.py); None: not configured.
+        # Budgets and promotion-based ASHA (budget_and_promotion.py); None: not configured.
         self.limits = StudyLimits(storage, study) if config.study.has_budget else None
         self.promoter = Promoter(storage, study) if config.pruner.pauses else None
         self._pruner: Pruner | None = None

@@ -1,6 +1,6 @@
 """What a worker shows of its progress: a live line on a terminal (the trial, its epoch and
 value, the study's best so far), and for the dashboard the study's budget used and left and its
-paused trials (the study's user attributes, `search.worker.pause.publish_progress`).
+paused trials (the study's user attributes, `search.worker.budget_and_promotion.publish_progress`).
 
     progress = Progress(storage, study, worker_id, rules=rules, health=health, live=None)
     progress.starting(number); progress.show(number, epoch, value)
@@ -20,9 +20,9 @@ from search.db.storage import Storage
 from search.errors import first_line
 from search.study.studies import StudyRef
 from search.terminal import StatusLine
+from search.worker.budget_and_promotion import PUBLISH_EVERY_S, publish_progress
 from search.worker.decisions import StudyRules
 from search.worker.health import DatabaseHealth
-from search.worker.pause import PUBLISH_EVERY_S, publish_progress
 
 __all__ = ["Progress"]
 
