@@ -66,10 +66,8 @@ class StudyEnd(enum.Enum):
 
 @dataclass(frozen=True)
 class StudyOver:
-    """No trial left for this worker: the study is over, or the worker must stop."""
-
-    stopped: bool = False
-    """The worker must stop (a signal, the database gone); the study may go on."""
+    """No trial left for this worker: the study is over, or the worker must stop (a signal,
+    the database gone: its stop event says so)."""
 
 
 class SampleAhead:
@@ -179,7 +177,7 @@ class Claimer:
             # At most a second: the last trials' end (and the study's) is noticed quickly, at
             # the cost of one small query per idle worker and second.
             idle_s = min(idle_s * 2, IDLE_POLL_MAX_S)
-        return StudyOver(stopped=True)
+        return StudyOver()
 
     def close(self) -> None:
         self.ahead.close()
