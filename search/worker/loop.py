@@ -238,7 +238,7 @@ class Worker:
                 self._heartbeat.beat_if_stale()  # e.g. right after an outage
                 run, reporter = self._starter.start(held)
                 started = time.monotonic()
-                outcome = self._train(run, reporter, held)
+                run, outcome = self._train(run, reporter, held)
             finally:
                 # Values not written yet go with the trial's end, in one transaction; an epoch
                 # reserved and not trained goes back before it (no worker may take the study's
@@ -261,9 +261,12 @@ class Worker:
             self._health.release()
             self._progress.publish()
 
-    def _train(self, run: TrialRun, reporter: TrialReporter, held: HeldTrial) -> TrialOutcome:
-        """The trial function's outcome; a trial stopped here for want of a heartbeat goes on
-        here, from its checkpoint, if this worker still holds it once the database answers."""
+    def _train(
+        self, run: TrialRun, reporter: TrialReporter, held: HeldTrial
+    ) -> tuple[TrialRun, TrialOutcome]:
+        """The trial function's outcome (and the run it was handed last); a trial stopped here
+        for want of a heartbeat goes on here, from its checkpoint, if this worker still holds it
+        once the database answers."""
         while True:
             try:
                 outcome = self._run_trial(run)
@@ -272,7 +275,7 @@ class Worker:
                 outcome = TrialOutcome(status="failed", reason=f"{type(exc).__name__}: {exc}")
             fenced = held.fenced and outcome.status == "preempted"
             if not (fenced and self._heartbeat.still_held(run.number)):
-                return outcome
+                return run, outcome
             run = dataclasses.replace(
                 run,
                 stop=held.go_on_after_fence(),
