@@ -166,7 +166,7 @@ class SurrogateTrial:
         self.bench = LCBench(self.instance, self.data, metric=self.metric)
 
     def __call__(self, run: Any) -> Any:
-        from search.worker.trial_run import TrialOutcome
+        from search.worker.trial import TrialOutcome
 
         curve = self.bench.curve(run.params)
         epochs = run.config.task.epochs

@@ -58,7 +58,7 @@ def run_hpsearch(url: str, sampler: str, n_trials: int, workers: int, seed: int,
     from search.study.config import parse_config
     from search.study.studies import create_study, open_study
     from search.worker.loop import Worker
-    from search.worker.trial_run import TrialOutcome
+    from search.worker.trial import TrialOutcome
 
     name = f"quality-hpsearch-{uuid.uuid4().hex[:8]}"
     config = parse_config(

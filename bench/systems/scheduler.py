@@ -77,7 +77,7 @@ def hpsearch_worker(
     from search.db.storage import open_storage
     from search.study.studies import open_study
     from search.worker.loop import Worker
-    from search.worker.trial_run import TrialOutcome
+    from search.worker.trial import TrialOutcome
 
     def one_trial(run: Any) -> TrialOutcome:
         start = time.perf_counter()

@@ -15,7 +15,7 @@ from search.errors import EXIT_BAD_INPUT
 from search.study.config import ConfigError
 from search.worker.artifacts import existing_directory
 from search.worker.loop import DEFAULT_GRACE_S
-from search.worker.run import WorkerOptions
+from search.worker.start import WorkerOptions
 from trainer.sizes import parse_size
 
 __all__ = [

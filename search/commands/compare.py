@@ -27,7 +27,7 @@ from search.study.config import ConfigError, load_config
 from search.study.studies import StudyRef
 from search.worker.launcher import local_devices, run_worker_processes
 from search.worker.preflight import check_device, check_task
-from search.worker.run import run_worker
+from search.worker.start import run_worker
 
 __all__ = ["add_parser", "cmd_compare"]
 

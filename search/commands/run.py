@@ -30,7 +30,7 @@ from search.worker.launcher import (
     run_worker_processes,
 )
 from search.worker.preflight import check_task
-from search.worker.run import run_worker
+from search.worker.start import run_worker
 
 __all__ = ["add_parser", "cmd_create", "cmd_run"]
 

@@ -19,7 +19,7 @@ from search.tracking.records import TrialEnded, TrialStarted, provenance_tags
 from search.tracking.sender import Sender
 from search.tracking.trackers import open_trackers
 from search.worker.provenance import code_version
-from search.worker.trial_run import TrialOutcome, TrialRun, trial_end
+from search.worker.trial import TrialOutcome, TrialRun, trial_end
 
 __all__ = ["FLUSH_S", "HURRY_S", "TrialTracking"]
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import trainer
 from search.worker.provenance import code_version, environment
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 
 __all__ = ["outcome_of", "run_training"]
 
-logger = logging.getLogger("search.worker.loop")
+logger = logging.getLogger("search.worker.training")
 _UNCHECKED_DEVICES: set[str] = set()
 
 

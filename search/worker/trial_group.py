@@ -46,13 +46,13 @@ import trainer
 from search.errors import first_line
 from search.worker.launcher import group_label, rank_plans
 from search.worker.training import outcome_of
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 from trainer.config import DEFAULT_BATCH_SIZE
 from trainer.distributed import ENV_COLLECTIVE_TIMEOUT, ENV_CONTROL_FD, ENV_DEVICE
 
 __all__ = ["run_trial_group"]
 
-logger = logging.getLogger("search.worker.loop")
+logger = logging.getLogger("search.worker.trial_group")
 
 ENV_TIMEOUT = "HPSEARCH_COLLECTIVE_TIMEOUT_S"
 """Seconds a collective of a multi-rank trial may wait (default: trainer.distributed's)."""

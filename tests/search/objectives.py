@@ -16,7 +16,7 @@ from typing import Any
 from search.db.storage import open_storage
 from search.study.studies import open_study
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 
 
 def curve(run: TrialRun, epoch_s: float = 0.01) -> TrialOutcome:

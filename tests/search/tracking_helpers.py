@@ -24,7 +24,7 @@ from search.study.studies import StudyRef
 from search.worker.artifacts import artifact_store_for
 from search.worker.loop import Worker
 from search.worker.training import run_training
-from search.worker.trial_run import TrialRun
+from search.worker.trial import TrialRun
 from tests.conftest import fresh_database
 
 EPOCHS = 6

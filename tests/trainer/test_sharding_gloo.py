@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from search.study.config import load_config
+from search.worker.trial import TrialRun
 from search.worker.trial_group import run_trial_group
-from search.worker.trial_run import TrialRun
 from trainer import DirectoryCheckpointStore, resolve_task, train
 from trainer.checkpoint import consolidated_state_dict
 

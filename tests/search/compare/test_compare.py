@@ -26,7 +26,7 @@ from search.compare.statistics import summarize
 from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 from tests.search.processes import query
 
 TINY = """

@@ -22,7 +22,7 @@ from search.worker.artifacts import (
     artifact_store_for,
 )
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
 
 

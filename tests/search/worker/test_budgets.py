@@ -25,7 +25,7 @@ from search.sampling import sample_ahead
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 from tests.search.objectives import curve, join_all, start_workers
 from tests.search.processes import query
 

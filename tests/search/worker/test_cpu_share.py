@@ -18,7 +18,7 @@ from search.db.tables import workers
 from search.study.studies import create_study
 from search.worker.cpu_share import OURS, CoreShare, share_cpu_threads, thread_share
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 from tests.search.db.test_dispatch import make_config, register
 
 

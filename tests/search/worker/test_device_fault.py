@@ -15,7 +15,7 @@ from search.sampling.sample_ahead import queue_first_trials
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.launcher import run_worker_processes
-from search.worker.run import WorkerOptions
+from search.worker.start import WorkerOptions
 from tests.conftest import REPO
 from tests.search.device_fault_task import ILLEGAL_ACCESS, POISON_X
 from tests.search.processes import WorkerProcess

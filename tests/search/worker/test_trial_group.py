@@ -28,8 +28,8 @@ from search.db.storage import open_storage
 from search.study.config import load_config
 from search.study.studies import create_study
 from search.worker.launcher import gpu_groups, trial_devices
+from search.worker.trial import TrialRun
 from search.worker.trial_group import run_trial_group
-from search.worker.trial_run import TrialRun
 from tests.conftest import REPO
 from tests.search.commands.test_cli import hpsearch
 from tests.search.processes import (

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from search.worker.trial_run import TrialEnd, TrialOutcome, trial_end
+from search.worker.trial import TrialEnd, TrialOutcome, trial_end
 
 
 @pytest.mark.parametrize(

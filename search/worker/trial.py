@@ -15,7 +15,75 @@ from typing import Any, Literal
 from search.study.config import StudyConfig
 from trainer import CheckpointStore
 
-__all__ = ["TrialEnd", "TrialFunction", "TrialOutcome", "TrialRun", "trial_end"]
+__all__ = [
+    "BudgetSpent",
+    "Finished",
+    "Interrupted",
+    "Lost",
+    "Paused",
+    "Pruned",
+    "StopReason",
+    "TrialEnd",
+    "TrialFunction",
+    "TrialOutcome",
+    "TrialRun",
+    "trial_end",
+]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The trial function returned by itself: completed, diverged, failed (or its machine
+    failed: the outcome's status says which)."""
+
+    name = "finished"
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """The pruner stopped it at `epoch` (or the trial function pruned itself)."""
+
+    epoch: int
+    name = "pruned"
+
+
+@dataclass(frozen=True)
+class Paused:
+    """Promotion-based ASHA: at rung `rung` its `value` ranks below the top 1/eta; it is handed
+    back paused, to be resumed from that epoch's checkpoint once it ranks there."""
+
+    rung: int
+    value: float
+    name = "paused"
+
+
+@dataclass(frozen=True)
+class BudgetSpent:
+    """The study's budget allowed no epoch after `epoch`: it ends PRUNED, by the budget."""
+
+    epoch: int
+    name = "budget"
+
+
+@dataclass(frozen=True)
+class Lost:
+    """Another worker holds the trial now (this one was silent past its grace period): nothing
+    of it is recorded here."""
+
+    name = "lost"
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Stopped at a step and checkpointed (SIGTERM, Ctrl-C, or `fenced`: no heartbeat reached
+    the database for most of the grace period); it is handed back."""
+
+    fenced: bool = False
+    name = "interrupted"
+
+
+StopReason = Finished | Pruned | Paused | BudgetSpent | Lost | Interrupted
+"""How a trial ended, as the worker records it (`search.worker.recording`)."""
 
 
 @dataclass
@@ -35,7 +103,7 @@ class TrialRun:
     the last value, or None). Why it stops is the worker's to know (`stop_reason`): pruned,
     paused at a rung (promotion: the worker hands it back paused, to be resumed from the
     checkpoint of that epoch, with `reported` up to it), the study's budget spent, or taken
-    over by another worker."""
+    over by another worker (`search.worker.decisions.TrialReporter`)."""
     stop: threading.Event
     """Set when the worker must stop (SIGTERM, Ctrl-C): checkpoint and return "preempted"."""
     checkpoints: CheckpointStore | None = None
@@ -43,8 +111,14 @@ class TrialRun:
     """Epoch -> value already recorded for this trial (non-empty when it is resumed)."""
     previous_worker: str | None = None
     """The worker that held this trial before (it died, was preempted, paused or stopped)."""
-    stop_reason: str | None = None
-    """Set by the worker when report() says stop: "pruned", "paused", "budget" or "lost"."""
+    why_stopped: Callable[[], StopReason | None] = field(default=lambda: None, repr=False)
+    """Why report() said stop, once it has (the worker's reporter answers it)."""
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Once report() said stop: "pruned", "paused", "budget" or "lost"."""
+        why = self.why_stopped()
+        return None if why is None else why.name
 
 
 @dataclass

@@ -47,7 +47,7 @@ __all__ = [
     "publish_progress",
 ]
 
-logger = logging.getLogger("search.worker.pause")
+logger = logging.getLogger("search.worker.budget_and_promotion")
 
 CLAIM_RACES = 5
 """Promotable trials a worker tries before giving up for this look (others resumed them)."""
