@@ -24,7 +24,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from tests.conftest import REPO, fresh_database
+from tests.helpers import REPO
+from tests.helpers.postgres import fresh_database
 
 COMPOSE = REPO / "docker-compose.yml"
 STUDY = """

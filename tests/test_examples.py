@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
 

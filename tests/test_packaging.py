@@ -20,7 +20,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.conftest import REPO, fresh_database
+from tests.helpers import REPO
+from tests.helpers.postgres import fresh_database
 
 CONFIG = """
 [study]

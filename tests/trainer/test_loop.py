@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.conftest import ToyTask, assert_same_weights, weights
+from tests.helpers.toy_task import ToyTask, assert_same_weights, weights
 from trainer import DirectoryCheckpointStore, TrainConfig, train
 from trainer.tasks.digits import make_task as digits
 from trainer.train_state import TrainState

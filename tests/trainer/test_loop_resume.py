@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.trainer.conftest import assert_same_weights, weights
+from tests.helpers.toy_task import assert_same_weights, weights
 from trainer import DirectoryCheckpointStore
 
 REPO = Path(__file__).resolve().parents[2]

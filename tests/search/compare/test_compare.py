@@ -27,7 +27,7 @@ from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.worker.loop import Worker
 from search.worker.trial_run import TrialOutcome, TrialRun
-from tests.search.processes import query
+from tests.helpers.processes import query
 
 TINY = """
 [study]
@@ -38,7 +38,7 @@ n_trials = 4
 type = "none"
 
 [task]
-name = "tests.search.tiny_task:make_task"
+name = "tests.helpers.tiny_task:make_task"
 epochs = 2
 
 [space]

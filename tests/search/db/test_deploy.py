@@ -19,9 +19,10 @@ from search.db.storage import StorageError, open_storage
 from search.monitor.workers import list_workers
 from search.study.studies import create_study
 from search.worker.artifacts import DirectoryArtifactStore, TrialCheckpoints
-from tests.conftest import fresh_database, migrated
-from tests.search.commands.test_cli import hpsearch, write_config
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import make_config, write_config
+from tests.helpers.dispatch import claim_a_new_trial, register
+from tests.helpers.postgres import fresh_database, migrated
 
 FOREIGN_REVISION = "e1f0c4f3a2b1"  # what another tool's Alembic (MLflow's, say) leaves
 

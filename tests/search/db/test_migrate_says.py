@@ -9,7 +9,7 @@ import pytest
 from search.commands import main as hpsearch
 from search.db.migrate import _ensure_optuna_schema, _upgrade_ours, head_revision
 from search.db.storage import open_storage
-from tests.conftest import fresh_database
+from tests.helpers.postgres import fresh_database
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

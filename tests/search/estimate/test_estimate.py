@@ -9,8 +9,8 @@ import optuna
 import pytest
 import torch
 
-from tests.conftest import REPO
-from tests.search.commands.test_cli import count_studies, hpsearch
+from tests.helpers import REPO
+from tests.helpers.cli import count_studies, hpsearch
 from trainer import TrainConfig, resolve_task
 from trainer.memory import MemoryTarget, fit_memory
 

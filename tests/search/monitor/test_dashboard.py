@@ -21,9 +21,10 @@ import sqlalchemy as sa
 
 from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import open_storage
-from tests.search.commands.test_cli import hpsearch, write_config
-from tests.search.dashboard_process import DashboardProcess
-from tests.search.processes import WorkerProcess, ignore_sigint, reported_epochs, wait_for
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import write_config
+from tests.helpers.dashboard_process import DashboardProcess
+from tests.helpers.processes import WorkerProcess, ignore_sigint, reported_epochs, wait_for
 
 PASSWORD = "Sw0rdf1sh-dash"
 """In every storage URL of these tests. The server trusts 127.0.0.1, so it is never checked,

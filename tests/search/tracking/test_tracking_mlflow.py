@@ -18,7 +18,7 @@ from search.study.studies import create_study
 from search.worker import tracked
 from search.worker.loop import Worker
 from search.worker.training import run_training
-from tests.search.tracking_helpers import (
+from tests.helpers.trackers import (
     EPOCHS,
     FAILING_TRIAL,
     FAILURE,

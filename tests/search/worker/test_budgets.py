@@ -26,8 +26,8 @@ from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial_run import TrialOutcome, TrialRun
-from tests.search.objectives import curve, join_all, start_workers
-from tests.search.processes import query
+from tests.helpers.objectives import curve, join_all, start_workers
+from tests.helpers.processes import query
 
 
 def make_config(name: str, pruner: dict[str, Any], **study: Any) -> Any:

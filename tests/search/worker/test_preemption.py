@@ -22,8 +22,8 @@ from search.db.storage import open_storage
 from search.sampling.samplers import derived_seed
 from search.study.config import load_config
 from search.study.studies import create_study
-from tests.search.commands.test_cli import write_config
-from tests.search.processes import (
+from tests.helpers.configs import write_config
+from tests.helpers.processes import (
     WorkerProcess,
     query,
     reported_epochs,

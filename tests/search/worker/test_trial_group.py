@@ -30,9 +30,9 @@ from search.study.studies import create_study
 from search.worker.launcher import gpu_groups, trial_devices
 from search.worker.trial_group import run_trial_group
 from search.worker.trial_run import TrialRun
-from tests.conftest import REPO
-from tests.search.commands.test_cli import hpsearch
-from tests.search.processes import (
+from tests.helpers import REPO
+from tests.helpers.cli import hpsearch
+from tests.helpers.processes import (
     WorkerProcess,
     query,
     reported_epochs,
@@ -207,7 +207,7 @@ def test_a_rank_that_raises_fails_the_trial_naming_the_rank(
 ) -> None:
     monkeypatch.setenv("RANK_FAULT_MARKER", str(tmp_path / "marker"))
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the ranks import the task from tests/
-    config = write_config(tmp_path, task="tests.search.rank_faults:make_task")
+    config = write_config(tmp_path, task="tests.helpers.rank_faults:make_task")
     run = group_run(
         config,
         DirectoryCheckpointStore(tmp_path / "c"),
@@ -245,7 +245,7 @@ def test_a_killed_rank_hands_the_trial_back_and_the_worker_retries_it(
         tmp_path,
         study_name,
         n_trials=2,
-        task="tests.search.rank_faults:make_task",
+        task="tests.helpers.rank_faults:make_task",
         extra='fault = { type = "categorical", choices = ["kill"] }',
     )
     create_study(open_storage(pg_url), load_config(config))

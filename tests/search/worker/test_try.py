@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from search.commands import main as hpsearch
-from tests.terminal import run_on_a_terminal
+from tests.helpers.terminal import run_on_a_terminal
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS = str(REPO / "examples" / "digits.toml")
