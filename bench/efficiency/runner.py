@@ -65,6 +65,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 from bench.efficiency.stats import Run, summarize  # noqa: E402
+from bench.stamp import append_line, write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -511,7 +512,7 @@ def _append_cache(path: str | None, job: Job, run: Run) -> None:
     if path:
         row = {"key": _cache_key(job), "finished": run.finished, "epochs": run.epochs}
         with open(path, "a") as fh:
-            fh.write(json.dumps({**row, "extra": run.extra}) + "\n")
+            append_line(fh, {**row, "extra": run.extra})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -663,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     out: dict[str, Any] = {
         "command": " ".join(
-            ["python", "bench/efficiency/runner.py", *(argv if argv is not None else sys.argv[1:])]
+            ["python", "-m", "bench.efficiency", *(argv if argv is not None else sys.argv[1:])]
         ),
         "benchmark": args.benchmark,
         "budget_epochs": budget,
@@ -713,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         out["instances"][instance] = {"target": target, "target_from": where, "strategies": table}
     path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    write_json(path, out)
     print(f"\nwritten {path}")
     return 0
 
