@@ -20,6 +20,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO
 from tests.helpers.postgres import fresh_database
 
@@ -64,6 +66,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: f
     return done.stdout
 
 
+@pytest.mark.postgres
 def test_a_wheel_runs_migrate_and_a_study_from_anywhere(tmp_path: Path) -> None:
     # Built from a copy: an in-tree build would leave build/ and egg-info in the checkout.
     source = tmp_path / "source"

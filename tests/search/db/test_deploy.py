@@ -64,6 +64,7 @@ def one_line_error(done: object) -> str:
     return lines[0]
 
 
+@pytest.mark.postgres
 def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     worker, viewer = f"hps_worker_{suffix}", f"hps_viewer_{suffix}"
@@ -169,6 +170,7 @@ def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) ->
         assert "revision 0003" in line and "run `hpsearch migrate`" in line
 
 
+@pytest.mark.postgres
 def test_a_schema_of_its_own_beside_another_tools_alembic(tmp_path: Path) -> None:
     with fresh_database() as url:
         sql(url, "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
@@ -384,6 +386,7 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
     storage.close()
 
 
+@pytest.mark.postgres
 def test_upgrading_to_the_cascades_drops_rows_of_studies_deleted_before(study_name: str) -> None:
     with fresh_database() as url:
         storage = open_storage(url)

@@ -12,6 +12,7 @@ from search.db.storage import open_storage
 from tests.helpers.postgres import fresh_database
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_migrate_says_what_it_created_or_upgraded(
     backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -74,6 +74,7 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_trial_is_taken_over
     assert sorted(trial.intermediate_values) == list(range(1, 61))
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("how", ["database dropped", "database renamed"])
 def test_a_worker_whose_database_is_gone_stops_with_one_line(how: str, tmp_path: Path) -> None:
     with fresh_database() as url:
