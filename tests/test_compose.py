@@ -116,6 +116,7 @@ def run_service(service: dict[str, Any], storage: str, cwd: Path, **kwargs: Any)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_each_service_runs_its_command_line(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
@@ -153,6 +154,7 @@ def test_each_service_runs_its_command_line(tmp_path: Path) -> None:
         assert sorted(states) == ["COMPLETE", "COMPLETE"]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_the_dashboard_service_serves_with_the_viewer_role(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]

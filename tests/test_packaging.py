@@ -25,6 +25,8 @@ import pytest
 from tests.helpers import REPO
 from tests.helpers.postgres import fresh_database
 
+pytestmark = pytest.mark.slow
+
 CONFIG = """
 [study]
 name = "from-a-wheel"

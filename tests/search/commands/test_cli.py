@@ -34,6 +34,7 @@ PROVENANCE = {
 }
 
 
+@pytest.mark.slow
 def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=10)
     done = hpsearch("run", str(config), "--workers", "2", "--storage", pg_url, cwd=tmp_path)
@@ -89,6 +90,7 @@ def test_status_table_shows_counts_and_best(pg_url: str, study_name: str, tmp_pa
     assert "best: trial" in table.stdout
 
 
+@pytest.mark.slow
 def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     """README's first command: `hpsearch run` with no storage settings at all."""
     config = write_config(tmp_path, "readme", n_trials=2)
@@ -221,6 +223,7 @@ def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple
     )
 
 
+@pytest.mark.slow
 def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=4)
     code, text = run_on_a_terminal(["run", str(config)], tmp_path)

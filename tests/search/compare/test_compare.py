@@ -173,6 +173,7 @@ def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
     assert "equal compute: a budget of 15 epochs" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None:
     """16 workers (threads, each with its own connections) race for a compare grid of 36
     points: 36 trials, every grid point once."""

@@ -64,6 +64,7 @@ def one_line_error(done: object) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]

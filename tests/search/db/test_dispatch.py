@@ -21,6 +21,7 @@ from tests.helpers.objectives import curve, join_all, start_workers
 from tests.helpers.processes import query
 
 
+@pytest.mark.slow
 def test_workers_finish_exactly_n_trials(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     config = make_config(study_name, n_trials=30)
@@ -99,6 +100,7 @@ def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     assert trial.user_attrs == {"who": "new"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["tpe", "grid", "qmc"])
 def test_every_sampler_feeds_several_workers_exactly_n_trials(
     storage_url: str, study_name: str, sampler: str

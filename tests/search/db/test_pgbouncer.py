@@ -14,6 +14,8 @@ from tests.helpers.configs import make_config
 from tests.helpers.objectives import join_all, start_workers
 from tests.helpers.processes import query
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
 def test_eight_workers_through_pgbouncer_finish_exactly_n_trials(

@@ -31,6 +31,8 @@ from search.study.studies import create_study
 from tests.helpers.configs import write_config
 from tests.helpers.dashboard_process import DashboardProcess
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 PASSWORD = "Br0wser-secret"
 N_TRIALS = 12

@@ -29,6 +29,8 @@ from tests.helpers.trackers import (
     tracked_config,
 )
 
+pytestmark = pytest.mark.slow
+
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 
 

@@ -24,6 +24,8 @@ from tests.helpers.trackers import (
 )
 from tests.helpers.wandb_files import offline_runs
 
+pytestmark = pytest.mark.slow
+
 
 def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(
     pg_url: str, study_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

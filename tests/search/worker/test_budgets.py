@@ -72,6 +72,7 @@ def run_one_worker(url: str, name: str, run_trial: Any = None) -> int:
         storage.close()
 
 
+@pytest.mark.slow
 def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
     storage_url: str, study_name: str
 ) -> None:
@@ -137,6 +138,7 @@ def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     assert sorted(trial.intermediate_values) == list(range(1, 10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pruner", ["none", "hyperband", "asha"])
 def test_eight_workers_train_exactly_the_epoch_budget_on_postgresql(
     pg_url: str, study_name: str, pruner: str

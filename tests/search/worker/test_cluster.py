@@ -175,6 +175,7 @@ def test_launched_by_reads_slurm_and_kubernetes_environments() -> None:
     assert launched_by_label(pod) == "k8s:w-2-abcde"
 
 
+@pytest.mark.slow
 def test_a_worker_started_by_slurm_says_so_in_workers_and_in_its_trials(
     pg_url: str, study: str, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
@@ -20,6 +21,8 @@ from search.worker.run import WorkerOptions
 from tests.helpers import REPO
 from tests.helpers.device_fault_task import ILLEGAL_ACCESS, POISON_X
 from tests.helpers.processes import WorkerProcess
+
+pytestmark = pytest.mark.slow
 
 
 def _study(url: str, name: str) -> optuna.Study:

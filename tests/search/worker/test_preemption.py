@@ -31,6 +31,8 @@ from tests.helpers.processes import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow
+
 EPOCHS = 12
 """Epochs of the interrupted trial: long enough that the signal lands in the middle of it."""
 

@@ -18,6 +18,8 @@ from tests.helpers.postgres import admin_engine, fresh_database, migrated
 from tests.helpers.processes import WorkerProcess, reported_epochs, trial_states, wait_for
 from tests.helpers.tcp_proxy import TcpProxy
 
+pytestmark = pytest.mark.slow
+
 GRACE_S = 4.0
 
 

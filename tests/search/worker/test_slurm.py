@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 
 from search.db.storage import open_storage
 from search.study.config import load_config
@@ -26,6 +27,8 @@ from search.study.studies import create_study
 from tests.helpers.cli import hpsearch
 from tests.helpers.processes import query, wait_for
 from tests.helpers.slurm_cluster import slurm_cluster
+
+pytestmark = pytest.mark.slow
 
 EPOCHS = 30
 """Epochs per trial: held, about 80 s (2.6 s an epoch); none may finish before the hand-backs."""

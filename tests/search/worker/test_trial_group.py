@@ -237,6 +237,7 @@ def test_the_devices_of_a_trial() -> None:
         trial_devices("cuda:0,1,2", 2)
 
 
+@pytest.mark.slow
 def test_a_killed_rank_hands_the_trial_back_and_the_worker_retries_it(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
@@ -309,6 +310,7 @@ def test_a_bad_gpus_per_trial_is_one_line_and_exit_2(
     assert registered[0][0] == 0
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_both_ranks_and_one_process_finishes_the_trial(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
