@@ -81,6 +81,7 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_status_table_shows_counts_and_best(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=2)
     assert hpsearch("run", str(config), "--storage", pg_url, cwd=tmp_path).returncode == 0
@@ -172,6 +173,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert count_studies(pg_url) == studies_before
 
 
+@pytest.mark.slow
 def test_unknown_study_and_changed_config_are_bad_input(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:

@@ -91,6 +91,7 @@ def test_the_grid_fills_the_budget() -> None:
     assert len({r.seed for r in runs}) == 4
 
 
+@pytest.mark.slow
 def test_compare_summary_is_what_the_studies_hold(
     pg_url: str, tmp_path: Path, study_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +148,7 @@ def test_compare_summary_is_what_the_studies_hold(
     assert page.count('src="data:image/png;base64,') == 4 and page.count("src=") == 4
 
 
+@pytest.mark.slow
 def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
     storage_url: str, tmp_path: Path, study_name: str
 ) -> None:

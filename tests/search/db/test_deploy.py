@@ -171,6 +171,7 @@ def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) ->
         assert "revision 0003" in line and "run `hpsearch migrate`" in line
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_a_schema_of_its_own_beside_another_tools_alembic(tmp_path: Path) -> None:
     with fresh_database() as url:
@@ -344,6 +345,7 @@ def test_optuna_delete_study_leaves_none_of_our_rows(pg_url: str, study_name: st
     storage.close()
 
 
+@pytest.mark.slow
 def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study_name: str) -> None:
     url = migrated(f"sqlite:///{tmp_path / 'study.db'}")
     files = tmp_path / "ckpt"

@@ -136,6 +136,7 @@ def test_watch_stops_on_ctrl_c_and_sigterm_even_started_in_the_background(
         storage.close()
 
 
+@pytest.mark.slow
 def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:

@@ -149,6 +149,7 @@ def test_two_ranks_train_the_steps_one_process_trains(
     assert outcome.value == pytest.approx(one_process["result"].metrics[-1], abs=2e-3)
 
 
+@pytest.mark.slow
 def test_a_pruning_decision_stops_both_ranks_at_the_same_epoch(tmp_path: Path) -> None:
     asked: list[int] = []
 
@@ -169,6 +170,7 @@ def test_a_pruning_decision_stops_both_ranks_at_the_same_epoch(tmp_path: Path) -
     ]
 
 
+@pytest.mark.slow
 def test_a_two_rank_checkpoint_resumes_in_one_process(
     tmp_path: Path, one_process: dict[str, Any]
 ) -> None:
@@ -202,6 +204,7 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(
     assert_same_weights(model_of(tmp_path / "ckpt")["model"], one_process["checkpoint"]["model"])
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_fails_the_trial_naming_the_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,7 @@ def test_prints_one_line_per_epoch_and_exits_0() -> None:
     assert "trainer: precision fp32 (auto on the CPU" in run.stderr
 
 
+@pytest.mark.slow
 def test_draws_a_progress_bar_on_a_terminal() -> None:
     code, text = run_on_a_terminal(
         [sys.executable, "-m", "search", "try", DIGITS, "--epochs", "1", "--set", "width=8"],
@@ -87,6 +88,7 @@ def test_draws_a_progress_bar_on_a_terminal() -> None:
     assert re.search(r"epoch 1/1  val_accuracy \d\.\d{4}", text)
 
 
+@pytest.mark.slow
 def test_resumes_from_its_checkpoint_dir(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = [DIGITS, "--epochs", "2", "--set", "width=8", "--checkpoint-dir", str(tmp_path)]
     assert hpsearch(["try", *args]) == 0
@@ -143,6 +145,7 @@ def test_bad_config_task_and_device_exit_2(tmp_path: Path, capsys: pytest.Captur
         assert message in err, err
 
 
+@pytest.mark.slow
 def test_a_custom_task_by_name_and_exit_codes_1_and_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
