@@ -109,6 +109,7 @@ def test_estimate_of_one_configuration_lists_every_plan_until_one_fits(tmp_path:
     assert row["verdict"] == "no limit to check against"
 
 
+@pytest.mark.slow
 def test_estimate_takes_the_device_memory_from_the_environment(tmp_path: Path) -> None:
     """--device-memory's default is $HPSEARCH_DEVICE_MEMORY, as its help says (and as `run` and
     `worker` read it); the flag wins over it; a bad value names the variable."""

@@ -313,6 +313,7 @@ def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path
     assert {a["key"] for a in answer(ours)["union_user_attrs"]} == {"note"}
 
 
+@pytest.mark.slow
 def test_large_studies_are_named_when_it_starts(
     made_study: MadeStudy, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
