@@ -25,7 +25,7 @@ from tests.helpers.postgres import fresh_database, migrated, private_postgres
 POSTGRES_FIXTURES = frozenset({"pg_url", "private_pg", "pgbouncer_url"})
 """Fixtures that need a PostgreSQL server: a test using one is marked `postgres` (and so is a
 `storage_url` test on its postgresql backend); a test that opens a database of its own
-(`tests.helpers.postgres`) says so with ``pytestmark = pytest.mark.postgres``."""
+(`tests.helpers.postgres`) says so with ``@pytest.mark.postgres``."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
