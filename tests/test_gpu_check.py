@@ -11,6 +11,8 @@ import torch
 
 from tests.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine it runs the GPU checks")
 def test_gpu_check_runs_its_cpu_parts_and_says_it_needs_a_gpu() -> None:

@@ -14,6 +14,8 @@ import pytest
 from tests.helpers.toy_task import assert_same_weights, weights
 from trainer import DirectoryCheckpointStore
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 RUN = """

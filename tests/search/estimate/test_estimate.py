@@ -255,6 +255,7 @@ def test_a_worker_fails_what_cannot_fit_before_training_and_goes_on(
     assert "leaves (done) after 4 trials" in worker.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_device_memory_for_workers_is_bad_input(pg_url: str, tmp_path: Path) -> None:
     config = tmp_path / "grid.toml"
     config.write_text(GRID.format(name="never-created"))

@@ -108,6 +108,7 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
             assert t.value == t.intermediate_values[max(t.intermediate_values)]
 
 
+@pytest.mark.slow
 def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     storage_url: str, study_name: str
 ) -> None:

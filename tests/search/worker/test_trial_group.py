@@ -126,6 +126,7 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-5), name
 
 
+@pytest.mark.slow
 def test_two_ranks_train_the_steps_one_process_trains(
     tmp_path: Path, one_process: dict[str, Any]
 ) -> None:

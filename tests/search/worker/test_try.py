@@ -45,6 +45,7 @@ def _config(tmp_path: Path, task: str = "digits", extra: str = "") -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_prints_one_line_per_epoch_and_exits_0() -> None:
     run = subprocess.run(
         [
