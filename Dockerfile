@@ -13,9 +13,10 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1
 RUN pip install --index-url "${TORCH_INDEX_URL}" torch
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY search ./search
 COPY trainer ./trainer
+COPY migrations ./migrations
 RUN pip install . && rm -rf /src
 
 # The examples, so that `create examples/digits.toml` works inside the container; a study's own

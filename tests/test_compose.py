@@ -24,7 +24,8 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from tests.conftest import REPO, fresh_database
+from tests.helpers import REPO
+from tests.helpers.postgres import fresh_database
 
 COMPOSE = REPO / "docker-compose.yml"
 STUDY = """
@@ -115,6 +116,8 @@ def run_service(service: dict[str, Any], storage: str, cwd: Path, **kwargs: Any)
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, **kwargs)
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_each_service_runs_its_command_line(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     worker_role, viewer_role = f"hps_cw_{suffix}", f"hps_cv_{suffix}"
@@ -151,6 +154,8 @@ def test_each_service_runs_its_command_line(tmp_path: Path) -> None:
         assert sorted(states) == ["COMPLETE", "COMPLETE"]
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_the_dashboard_service_serves_with_the_viewer_role(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     viewer_role = f"hps_cv_{suffix}"

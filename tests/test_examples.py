@@ -10,11 +10,12 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 EXAMPLES = sorted((REPO / "examples").glob("*.toml"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_each_example_trains_one_trial(config: Path) -> None:
     """`hpsearch try CONFIG`: the config is valid, its task imports and trains."""
@@ -29,6 +30,7 @@ def test_each_example_trains_one_trial(config: Path) -> None:
     assert "epoch 2/2" in done.stdout
 
 
+@pytest.mark.slow
 def test_readme_main_job(tmp_path: Path) -> None:
     """README's first command, `hpsearch run examples/digits.toml`, on the SQLite default."""
     shutil.copytree(REPO / "examples", tmp_path / "examples")

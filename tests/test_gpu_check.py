@@ -10,7 +10,9 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine it runs the GPU checks")

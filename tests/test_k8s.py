@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from search.commands.cli import build_parser
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 K8S = REPO / "deploy" / "k8s"
 VERSIONS = ("1.33.0", kubernetes_validate.latest_version())

@@ -1,6 +1,7 @@
 """hpsearch as users install it: a wheel built from the source, installed into a fresh virtualenv,
-run from a directory that is not the checkout. `hpsearch migrate` must find its migrations in the
-package, and a study must run to the end on a fresh PostgreSQL database.
+run from a directory that is not the checkout. `hpsearch migrate` must find its migrations (the
+checkout's top-level migrations/) in the installed package, and a study must run to the end on a
+fresh PostgreSQL database.
 
 The fresh virtualenv reuses this environment's packages (torch's CPU build above all: nothing is
 downloaded) through a `.pth` file pointing at a copy of this site-packages' listing without
@@ -16,9 +17,15 @@ import shutil
 import site
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
-from tests.conftest import REPO, fresh_database
+import pytest
+
+from tests.helpers import REPO
+from tests.helpers.postgres import fresh_database
+
+pytestmark = pytest.mark.slow
 
 CONFIG = """
 [study]
@@ -61,6 +68,7 @@ def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: f
     return done.stdout
 
 
+@pytest.mark.postgres
 def test_a_wheel_runs_migrate_and_a_study_from_anywhere(tmp_path: Path) -> None:
     # Built from a copy: an in-tree build would leave build/ and egg-info in the checkout.
     source = tmp_path / "source"
@@ -72,6 +80,10 @@ def test_a_wheel_runs_migrate_and_a_study_from_anywhere(tmp_path: Path) -> None:
         cwd=source,
     )
     (wheel,) = dist.glob("hpsearch-*.whl")
+    revisions = sorted(p.name for p in (REPO / "migrations" / "versions").glob("0*.py"))
+    packed = zipfile.ZipFile(wheel).namelist()
+    for name in ("env.py", "script.py.mako", *(f"versions/{r}" for r in revisions)):
+        assert f"search/db/migrations/{name}" in packed, f"{name} is not in the wheel"
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
@@ -116,9 +128,17 @@ def test_a_wheel_runs_migrate_and_a_study_from_anywhere(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPSEARCH_", "PYTHON"))}
     env["OMP_NUM_THREADS"] = "1"
     where = run(
-        [str(python), "-c", "import search, trainer; print(search.__file__)"], elsewhere, env
-    )
-    assert where.startswith(str(target)), where
+        [
+            str(python),
+            "-c",
+            "import search, trainer; from search.db.migrate import migrations_dir;"
+            " print(search.__file__); print(migrations_dir())",
+        ],
+        elsewhere,
+        env,
+    ).split()
+    assert where[0].startswith(str(target)), where
+    assert where[1] == str(target / "search" / "db" / "migrations"), where
     hpsearch = str(venv / "bin" / "hpsearch")
     with fresh_database() as url:
         out = run([hpsearch, "migrate", "--storage", url], elsewhere, env)

@@ -92,6 +92,7 @@ from bench.efficiency.real_path import (  # noqa: E402
     study_config,
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
+from bench.stamp import write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -756,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| {out['seconds_per_study'].get(strategy, 0):.1f} |"
         )
     path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    write_json(path, out)
     print(f"\nwritten {path}")
     return 0
 

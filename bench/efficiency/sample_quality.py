@@ -29,6 +29,7 @@ import uuid
 import warnings
 from typing import Any
 
+from bench.stamp import write_json
 from bench.systems.scheduler import BENCH_STORAGE, _ensure_database
 
 STEPS = 3
@@ -196,8 +197,7 @@ def main() -> None:
         )
         print(f"{sampler:<8} {workers:>3}  {side:<9} {spread:>22}  {len(bests):>5}")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import optuna  # noqa: E402
 
 from bench.efficiency.runner import _read_cache  # noqa: E402
 from bench.efficiency.stats import Run, summarize  # noqa: E402
+from bench.stamp import append_line  # noqa: E402
 
 BUDGET = 5000
 
@@ -141,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         for instance, name, seed, workers, finished in pool.imap_unordered(_job, jobs):
             done[(instance, name, seed, workers)] = finished
             row = {"instance": instance, "variant": name, "seed": seed, "workers": workers}
-            fh.write(json.dumps({**row, "finished": finished}) + "\n")
-            fh.flush()
+            append_line(fh, {**row, "finished": finished})
     for instance in instances:
         ref = [reference[f"lcbench/{instance}/random/{s}/{BUDGET}/1"] for s in range(args.seeds)]
         target = float(np.mean([r.final for r in ref]))

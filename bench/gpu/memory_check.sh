@@ -11,7 +11,7 @@
 # 4. A worker on that GPU with --device-memory 1.9MiB: width 64 ends FAIL before
 #    training (it needs 1.9 MB even at micro-batch 1), width 8 trains.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA here'; print(torch.cuda.get_device_name(0))"
 
 echo "== 1. estimate against real steps"

@@ -2,7 +2,7 @@
 
     python -m bench.systems.connections --workers 1 4 8 --trials 24
 
-For each N: a fresh database, a study of tiny trials (tests/search/tiny_task.py, Hyperband
+For each N: a fresh database, a study of tiny trials (tests/helpers/tiny_task.py, Hyperband
 pruning, so the pruning thread reads too), N `hpsearch worker --device cpu` processes; every
 20 ms the connections of the study database are counted (application_name = hpsearch) until the
 workers exit. Prints the peak and the mean over the run, in total and per worker. The ceiling
@@ -41,7 +41,7 @@ type = "hyperband"
 min_resource = 1
 reduction_factor = 2
 [task]
-name = "tests.search.tiny_task:make_task"
+name = "tests.helpers.tiny_task:make_task"
 epochs = 8
 [space]
 lr = {{ type = "float", low = 1e-3, high = 1e-1, log = true }}

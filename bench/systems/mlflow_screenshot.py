@@ -1,7 +1,7 @@
 """A screenshot of the MLflow UI showing a study's runs, for README's "Tracking" section.
 
 Starts a real `mlflow server` (PostgreSQL backend store, a fresh database), runs a small
-study with `[tracking] mlflow` (one worker, tests/search/tiny_task.py, median pruning, one
+study with `[tracking] mlflow` (one worker, tests/helpers/tiny_task.py, median pruning, one
 trial preempted by SIGTERM and resumed by a second worker), opens the experiment's page in
 headless Chromium and saves what it renders:
 
@@ -24,8 +24,8 @@ from mlflow.tracking import MlflowClient
 
 from search.db.storage import open_storage
 from search.study.studies import create_study
-from tests.conftest import fresh_database, migrated
-from tests.search.tracking_helpers import (
+from tests.helpers.postgres import fresh_database, migrated
+from tests.helpers.trackers import (
     MlflowServer,
     run_study_with_a_preempted_trial,
     tracked_config,

@@ -47,6 +47,8 @@ import time
 import uuid
 from typing import Any
 
+from bench.stamp import write_json
+
 STEPS, STEP_S = 10, 0.1
 """Default trial shape: 10 reports, 0.1 s apart."""
 SAMPLERS = ("random", "tpe", "cmaes", "gp", "qmc", "grid")
@@ -439,8 +441,7 @@ def main() -> None:
                     f"{_cpu_per_trial(rows):>19}"
                 )
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+        write_json(args.json, results)
 
 
 def _cpu_per_trial(rows: list[dict[str, Any]]) -> str:

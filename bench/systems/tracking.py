@@ -2,7 +2,7 @@
 MLflow server, to an MLflow server that is down, and to W&B offline, side by side.
 
 Each mode runs a fresh study (PostgreSQL, one in-process worker, 6 trials of 10 epochs of
-tests/search/tiny_task.py: epochs of milliseconds, so that any time tracking adds on the
+tests/helpers/tiny_task.py: epochs of milliseconds, so that any time tracking adds on the
 training thread shows) per repeat; modes alternate within each repeat so that the machine's
 load falls on all alike (after one warm-up study, not counted). Per epoch: the trainer's wall
 seconds of each trial over its epochs. Per study: the worker's time from start to exit (with
@@ -33,8 +33,8 @@ from search.db.storage import open_storage
 from search.study.studies import create_study
 from search.worker.loop import Worker
 from search.worker.tracked import TrialTracking
-from tests.conftest import fresh_database, migrated
-from tests.search.tracking_helpers import MlflowServer, tracked_config
+from tests.helpers.postgres import fresh_database, migrated
+from tests.helpers.trackers import MlflowServer, tracked_config
 
 MODES = ("off", "mlflow", "mlflow-down", "wandb-offline")
 

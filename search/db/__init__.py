@@ -16,7 +16,7 @@ only): no study config, no sampler, pruner, worker or command.
 - `budget`: a study's epoch budget, one counter every worker reserves from;
 - `pauses`: trials paused at a rung (promotion-based ASHA), their promotion and the study's end;
 - `status`: what `hpsearch status` and the progress lines read;
-- `migrate` (with `migrations/`, the Alembic revisions) and `roles`: the DDL, run by
+- `migrate` (the Alembic revisions in the top-level `migrations/`) and `roles`: the DDL, run by
   `hpsearch migrate` alone.
 """
 

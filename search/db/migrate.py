@@ -34,6 +34,7 @@ __all__ = [
     "VERSION_TABLE",
     "check_schema",
     "head_revision",
+    "migrations_dir",
     "optuna_head_revision",
     "schema_for",
     "table_count",
@@ -41,7 +42,13 @@ __all__ = [
 ]
 
 VERSION_TABLE = "hpsearch_alembic_version"
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+MIGRATION_DIRS = (
+    Path(__file__).resolve().parent / "migrations",
+    Path(__file__).resolve().parents[2] / "migrations",
+)
+"""Where hpsearch's Alembic revisions are, first found wins: in an installed package (the wheel maps
+the repository's top-level ``migrations/`` to ``search.db.migrations``, pyproject's package-dir),
+else in a source checkout, at its top level."""
 _RUN_MIGRATE = "run `hpsearch migrate` (with a role that may create tables) first"
 
 
@@ -218,15 +225,16 @@ def _optuna_revisions() -> frozenset[str]:
 
 def _alembic_config() -> Config:
     config = Config()
-    config.set_main_option("script_location", str(_migrations_dir()))
+    config.set_main_option("script_location", str(migrations_dir()))
     return config
 
 
-def _migrations_dir() -> Path:
-    # The revisions ship inside the package (search/db/migrations), so a wheel install has them.
-    if not (MIGRATIONS_DIR / "env.py").exists():
-        raise StorageError("hpsearch's migrations are missing from this installation")
-    return MIGRATIONS_DIR
+def migrations_dir() -> Path:
+    """The folder of hpsearch's Alembic revisions this installation runs (`MIGRATION_DIRS`)."""
+    for folder in MIGRATION_DIRS:
+        if (folder / "env.py").is_file():
+            return folder
+    raise StorageError("hpsearch's migrations are missing from this installation")
 
 
 def table_count(storage: Storage) -> int:

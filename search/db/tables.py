@@ -3,10 +3,10 @@
 Optuna's tables are declared with the columns hpsearch uses, as Optuna's RDB storage creates them
 (``optuna/storages/_rdb/models.py``): hpsearch writes trials in Optuna's own schema, so that
 ``optuna.load_study`` and optuna-dashboard read them unchanged. hpsearch's own tables (workers,
-trial leases, artifacts) are created by the Alembic migrations in ``search/db/migrations/`` and are
-written here in schema `OUR_SCHEMA`; where that schema really is (``hpsearch`` on PostgreSQL,
-none on SQLite) is decided in one place, the engine's ``schema_translate_map``
-(`search.db.storage`).
+trial leases, artifacts) are created by the Alembic migrations (the repository's top-level
+``migrations/``) and are written here in schema `OUR_SCHEMA`; where that schema really is
+(``hpsearch`` on PostgreSQL, none on SQLite) is decided in one place, the engine's
+``schema_translate_map`` (`search.db.storage`).
 
 Optuna's enums (trial state, value types) are PostgreSQL ENUM types; the columns are declared
 with them, so that bound values are cast to the right type.
@@ -140,7 +140,7 @@ trial_user_attributes = _attribute_table("trial_user_attributes", "trial")
 
 trial_system_attributes = _attribute_table("trial_system_attributes", "trial")
 
-# -- hpsearch's tables (search/db/migrations/versions/) ------------------------------------------
+# -- hpsearch's tables (migrations/versions/) ----------------------------------------------------
 
 workers = sa.Table(
     "workers",

@@ -21,7 +21,7 @@ Pure: this module builds text; `search.commands.slurm` checks the study and subm
 Example::
 
     >>> spec = SlurmJob(study="digits", tasks=4, gpus_per_task=2, time_s=3600, grace_s=300)
-    >>> print(sbatch_script(spec, python="/opt/venv/bin/python").splitlines()[2])
+    >>> print(sbatch_script(spec, python="/opt/venv/bin/python").splitlines()[3])
     #SBATCH --array=0-3
 """
 

@@ -65,6 +65,7 @@ def test_lcbench_curve_is_the_surrogates_accuracy_and_runtime_per_trained_epoch(
         LCBench("1", DATA)
 
 
+@pytest.mark.slow
 @needs_data
 def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(
     storage_url: str, study_name: str, tmp_path

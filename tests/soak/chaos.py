@@ -145,7 +145,7 @@ def run_soak(
     from search.sampling.sample_ahead import queue_first_trials
     from search.study.config import load_config
     from search.study.studies import create_study
-    from tests.search.processes import WorkerProcess, query, trial_states
+    from tests.helpers.processes import WorkerProcess, query, trial_states
 
     rng = random.Random(seed)
     name = f"chaos-{seed}-{os.getpid()}-{int(time.time())}"
@@ -279,7 +279,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument("--pruner", choices=("hyperband", "asha"), default="hyperband")
     args = parser.parse_args()
-    from tests.conftest import private_postgres
+    from tests.helpers.postgres import private_postgres
 
     with private_postgres() as (url, restart), tempfile.TemporaryDirectory() as tmp:
         soak = run_soak(

@@ -11,7 +11,7 @@ import pytest
 import torch
 from accelerate.state import PartialState
 
-from tests.trainer.conftest import ToyTask
+from tests.helpers.toy_task import ToyTask
 from trainer import TrainConfig, train
 from trainer.loop import _SkippedSteps
 from trainer.step import make_optimizer

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.conftest import ToyTask
+from tests.helpers.toy_task import ToyTask
 from trainer import CheckpointError, CheckpointStore, DirectoryCheckpointStore, TrainConfig, train
 from trainer.checkpoint import run_fingerprint
 

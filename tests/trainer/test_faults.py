@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import trainer.loop
-from tests.trainer.conftest import ToyTask
+from tests.helpers.toy_task import ToyTask
 from trainer import TrainConfig, train
 from trainer.faults import classify
 

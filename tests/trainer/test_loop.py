@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.trainer.conftest import ToyTask, assert_same_weights, weights
+from tests.helpers.toy_task import ToyTask, assert_same_weights, weights
 from trainer import DirectoryCheckpointStore, TrainConfig, train
 from trainer.tasks.digits import make_task as digits
 from trainer.train_state import TrainState
@@ -28,6 +28,7 @@ def _params(**changes: Any) -> dict[str, Any]:
 # --- completing, determinism ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_digits_trains_to_a_useful_accuracy_and_fills_the_result() -> None:
     result = train(digits, DIGITS, TrainConfig(epochs=3), device="cpu")
     assert result.status == "completed", result.reason
@@ -43,6 +44,7 @@ def test_digits_trains_to_a_useful_accuracy_and_fills_the_result() -> None:
     assert result.to_dict()["epochs_run"] == 3
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_and_another_seed_another_run(tmp_path: Any) -> None:
     stores = [DirectoryCheckpointStore(tmp_path / name) for name in ("a", "b", "c")]
     config = TrainConfig(epochs=2, seed=5)
@@ -143,6 +145,7 @@ def test_optimizer_and_scheduler_steps_per_epoch(micro_batches: int) -> None:
     assert sum(sizes) == 3 * 100 and min(sizes) > 0
 
 
+@pytest.mark.slow
 def test_counters_and_weights_survive_a_mid_epoch_stop_and_resume(
     store: Any, tmp_path: Any
 ) -> None:
@@ -363,6 +366,7 @@ def test_keyboard_interrupt_propagates_and_restores_the_sigterm_handler() -> Non
 # --- preemption and checkpoints --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_path: Any) -> None:
     config = TrainConfig(epochs=3)
     whole_store = DirectoryCheckpointStore(tmp_path / "whole")

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.trainer.conftest import assert_same_weights, weights
+from tests.helpers.toy_task import assert_same_weights, weights
 from trainer import DirectoryCheckpointStore
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -137,6 +137,7 @@ def test_checkpointing_reduces_the_digits_cnns_activations() -> None:
     assert checkpointed.weights_bytes == plain.weights_bytes == 48_074 * 4
 
 
+@pytest.mark.slow
 def test_the_dry_run_matches_torch_tensors_of_real_training_steps() -> None:
     """Two real steps of the trainer, every tensor counted, against the dry run's estimate."""
     params = {"width": 64, "batch_size": 64}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torchmetrics.classification import MulticlassAccuracy
 
-from tests.trainer.conftest import ToyTask
+from tests.helpers.toy_task import ToyTask
 from trainer import TrainConfig, train
 
 

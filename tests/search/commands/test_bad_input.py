@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from search.commands import main as hpsearch
-from tests.search.commands.test_cli import SMALL
+from tests.helpers.configs import SMALL
 
 PASSWORD = "s3cret-Pa55"
 

@@ -14,68 +14,9 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from tests import terminal
-from tests.conftest import REPO
-
-SMALL = """
-[study]
-name = "{name}"
-direction = "maximize"
-n_trials = {n_trials}
-sampler = "random"
-seed = 1
-
-[pruner]
-type = "hyperband"
-min_resource = 1
-reduction_factor = 2
-
-[task]
-name = "{task}"
-epochs = 4
-
-[train]
-checkpoint_every_s = 60
-
-[space]
-lr = {{ type = "float", low = 1e-4, high = 3e-1, log = true }}
-width = {{ type = "int", low = 4, high = 24, log = true }}
-batch_size = {{ type = "categorical", choices = [64, 128] }}
-"""
-
-
-def write_config(tmp_path: Path, name: str, n_trials: int = 10, task: str = "digits") -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(SMALL.format(name=name, n_trials=n_trials, task=task))
-    return path
-
-
-def hpsearch(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    """Run the CLI from a clean working directory (no inherited storage settings)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    base["PYTHONPATH"] = str(REPO)
-    return subprocess.run(
-        [sys.executable, "-m", "search", *args],
-        cwd=cwd,
-        env={**base, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def count_studies(url: str) -> int:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(sa.text("SELECT count(*) FROM studies")).scalar_one()
-    except sa.exc.ProgrammingError:
-        return 0
-    finally:
-        engine.dispose()
-
+from tests.helpers import REPO, terminal
+from tests.helpers.cli import count_studies, hpsearch
+from tests.helpers.configs import write_config
 
 PROVENANCE = {
     "hostname",
@@ -93,6 +34,7 @@ PROVENANCE = {
 }
 
 
+@pytest.mark.slow
 def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=10)
     done = hpsearch("run", str(config), "--workers", "2", "--storage", pg_url, cwd=tmp_path)
@@ -139,6 +81,7 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_status_table_shows_counts_and_best(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=2)
     assert hpsearch("run", str(config), "--storage", pg_url, cwd=tmp_path).returncode == 0
@@ -148,6 +91,7 @@ def test_status_table_shows_counts_and_best(pg_url: str, study_name: str, tmp_pa
     assert "best: trial" in table.stdout
 
 
+@pytest.mark.slow
 def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     """README's first command: `hpsearch run` with no storage settings at all."""
     config = write_config(tmp_path, "readme", n_trials=2)
@@ -229,6 +173,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(
     assert count_studies(pg_url) == studies_before
 
 
+@pytest.mark.slow
 def test_unknown_study_and_changed_config_are_bad_input(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
@@ -280,6 +225,7 @@ def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple
     )
 
 
+@pytest.mark.slow
 def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=4)
     code, text = run_on_a_terminal(["run", str(config)], tmp_path)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from search.db.storage import open_storage
 from search.study.studies import create_study
-from tests.conftest import REPO
-from tests.search.db.test_dispatch import make_config, register
-from tests.search.processes import default_signals
+from tests.helpers import REPO
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import register
+from tests.helpers.processes import default_signals
 
 
 def _env(url: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-from tests.search.processes import query
+from tests.helpers.processes import query
 
 TINY = """
 [study]
@@ -38,7 +38,7 @@ n_trials = 4
 type = "none"
 
 [task]
-name = "tests.search.tiny_task:make_task"
+name = "tests.helpers.tiny_task:make_task"
 epochs = 2
 
 [space]
@@ -91,6 +91,7 @@ def test_the_grid_fills_the_budget() -> None:
     assert len({r.seed for r in runs}) == 4
 
 
+@pytest.mark.slow
 def test_compare_summary_is_what_the_studies_hold(
     pg_url: str, tmp_path: Path, study_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -147,6 +148,7 @@ def test_compare_summary_is_what_the_studies_hold(
     assert page.count('src="data:image/png;base64,') == 4 and page.count("src=") == 4
 
 
+@pytest.mark.slow
 def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
     storage_url: str, tmp_path: Path, study_name: str
 ) -> None:
@@ -173,6 +175,7 @@ def test_compare_at_equal_epochs_with_a_pruner_that_pauses(
     assert "equal compute: a budget of 15 epochs" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None:
     """16 workers (threads, each with its own connections) race for a compare grid of 36
     points: 36 trials, every grid point once."""

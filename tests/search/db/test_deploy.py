@@ -19,9 +19,10 @@ from search.db.storage import StorageError, open_storage
 from search.monitor.workers import list_workers
 from search.study.studies import create_study
 from search.worker.artifacts import DirectoryArtifactStore, TrialCheckpoints
-from tests.conftest import fresh_database, migrated
-from tests.search.commands.test_cli import hpsearch, write_config
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import make_config, write_config
+from tests.helpers.dispatch import claim_a_new_trial, register
+from tests.helpers.postgres import fresh_database, migrated
 
 FOREIGN_REVISION = "e1f0c4f3a2b1"  # what another tool's Alembic (MLflow's, say) leaves
 
@@ -63,6 +64,8 @@ def one_line_error(done: object) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) -> None:
     suffix = uuid.uuid4().hex[:8]
     worker, viewer = f"hps_worker_{suffix}", f"hps_viewer_{suffix}"
@@ -168,6 +171,8 @@ def test_only_migrate_runs_ddl_and_the_roles_do_what_they_may(tmp_path: Path) ->
         assert "revision 0003" in line and "run `hpsearch migrate`" in line
 
 
+@pytest.mark.slow
+@pytest.mark.postgres
 def test_a_schema_of_its_own_beside_another_tools_alembic(tmp_path: Path) -> None:
     with fresh_database() as url:
         sql(url, "CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)")
@@ -340,6 +345,7 @@ def test_optuna_delete_study_leaves_none_of_our_rows(pg_url: str, study_name: st
     storage.close()
 
 
+@pytest.mark.slow
 def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study_name: str) -> None:
     url = migrated(f"sqlite:///{tmp_path / 'study.db'}")
     files = tmp_path / "ckpt"
@@ -383,6 +389,7 @@ def test_hpsearch_delete_removes_rows_and_checkpoint_files(tmp_path: Path, study
     storage.close()
 
 
+@pytest.mark.postgres
 def test_upgrading_to_the_cascades_drops_rows_of_studies_deleted_before(study_name: str) -> None:
     with fresh_database() as url:
         storage = open_storage(url)

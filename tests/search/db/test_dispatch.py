@@ -4,62 +4,24 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any
 
 import optuna
 import pytest
 
-from search.db import claims, fenced_writes, liveness, trial_rows
-from search.db.leases import Claim, LeaseLost
-from search.db.storage import Storage, open_storage
+from search.db import claims, fenced_writes, liveness
+from search.db.leases import LeaseLost
+from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
-from search.study.config import ConfigError, parse_config
+from search.study.config import ConfigError
 from search.study.studies import create_study
 from search.worker.loop import Worker
-from tests.search.objectives import curve, join_all, start_workers
-from tests.search.processes import query
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import claim_a_new_trial, register
+from tests.helpers.objectives import curve, join_all, start_workers
+from tests.helpers.processes import query
 
 
-def make_config(name: str, **study: Any) -> Any:
-    return parse_config(
-        {
-            "study": {"name": name, "n_trials": 12, "sampler": "random", **study},
-            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
-            "task": {"name": "digits", "epochs": 9},
-            "space": {
-                "x": {"type": "float", "low": 0.0, "high": 1.0},
-                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
-                "width": {"type": "categorical", "choices": [8, 16, 32]},
-            },
-        }
-    )
-
-
-def register(storage: Storage, study_id: int, worker_id: str, grace_s: float) -> None:
-    """A worker's registration, as `Worker.run` writes it."""
-    liveness.register(
-        storage,
-        liveness.WorkerInfo(
-            worker_id=worker_id,
-            study_id=study_id,
-            hostname="h",
-            pid=1,
-            device="cpu",
-            grace_s=grace_s,
-        ),
-    )
-
-
-def claim_a_new_trial(storage: Storage, study_id: int, worker_id: str) -> Claim:
-    """A trial created, sampled (no params: none needed here) and claimed by `worker_id`, as a
-    registered worker's sampling and claiming leave it."""
-    trial_id, _ = trial_rows.create_trial(storage, study_id, worker_id)
-    trial_rows.enqueue_sampled(storage, trial_id)
-    claim = claims.claim_next_trial(storage, study_id, worker_id)
-    assert claim is not None and claim.trial_id == trial_id
-    return claim
-
-
+@pytest.mark.slow
 def test_workers_finish_exactly_n_trials(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     config = make_config(study_name, n_trials=30)
@@ -138,6 +100,7 @@ def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     assert trial.user_attrs == {"who": "new"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["tpe", "grid", "qmc"])
 def test_every_sampler_feeds_several_workers_exactly_n_trials(
     storage_url: str, study_name: str, sampler: str

@@ -9,9 +9,10 @@ import pytest
 from search.commands import main as hpsearch
 from search.db.migrate import _ensure_optuna_schema, _upgrade_ours, head_revision
 from search.db.storage import open_storage
-from tests.conftest import fresh_database
+from tests.helpers.postgres import fresh_database
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_migrate_says_what_it_created_or_upgraded(
     backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -10,9 +10,11 @@ import pytest
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
 from search.study.studies import create_study
-from tests.search.db.test_dispatch import make_config
-from tests.search.objectives import join_all, start_workers
-from tests.search.processes import query
+from tests.helpers.configs import make_config
+from tests.helpers.objectives import join_all, start_workers
+from tests.helpers.processes import query
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])

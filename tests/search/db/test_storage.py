@@ -14,7 +14,7 @@ from search.db.storage import open_storage
 from search.db.tables import trials
 from search.monitor.status import study_status
 from search.study.studies import create_study
-from tests.search.db.test_dispatch import make_config
+from tests.helpers.configs import make_config
 
 
 def _server_closes_pooled_connection(url: str, pid: int) -> None:

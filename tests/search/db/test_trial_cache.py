@@ -11,8 +11,8 @@ from search.pruning.storage import PruningStorage
 from search.sampling.mirror import StudyMirror
 from search.study.studies import create_study
 from search.worker.loop import Worker
-from tests.search.objectives import curve
-from tests.search.sampling.test_sampling_view import tpe_config
+from tests.helpers.configs import tpe_config
+from tests.helpers.objectives import curve
 
 
 def _seen(trials: list[optuna.trial.FrozenTrial]) -> dict[int, tuple]:

@@ -9,8 +9,8 @@ import optuna
 import pytest
 import torch
 
-from tests.conftest import REPO
-from tests.search.commands.test_cli import count_studies, hpsearch
+from tests.helpers import REPO
+from tests.helpers.cli import count_studies, hpsearch
 from trainer import TrainConfig, resolve_task
 from trainer.memory import MemoryTarget, fit_memory
 
@@ -37,6 +37,7 @@ batch_size = {{ type = "categorical", choices = [32, 64] }}
 """
 
 
+@pytest.mark.slow
 def test_estimate_measures_each_extreme_and_says_how_it_fits(tmp_path: Path) -> None:
     args = ["--device-memory", "2MiB", "--samples", "1"]
     done = hpsearch("estimate", DIGITS, *args, "--json", cwd=tmp_path)
@@ -86,6 +87,7 @@ def test_estimate_measures_each_extreme_and_says_how_it_fits(tmp_path: Path) -> 
     assert not any(line.startswith("lr=") for line in lines)
 
 
+@pytest.mark.slow
 def test_estimate_of_one_configuration_lists_every_plan_until_one_fits(tmp_path: Path) -> None:
     args = ["--set", "width=64", "--set", "batch_size=128", "--device", "cpu"]
     done = hpsearch("estimate", DIGITS, *args, "--device-memory", "3MiB", cwd=tmp_path)
@@ -107,6 +109,7 @@ def test_estimate_of_one_configuration_lists_every_plan_until_one_fits(tmp_path:
     assert row["verdict"] == "no limit to check against"
 
 
+@pytest.mark.slow
 def test_estimate_takes_the_device_memory_from_the_environment(tmp_path: Path) -> None:
     """--device-memory's default is $HPSEARCH_DEVICE_MEMORY, as its help says (and as `run` and
     `worker` read it); the flag wins over it; a bad value names the variable."""
@@ -147,6 +150,7 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], expected: str, tmp_pa
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_measure_compares_each_technique_with_fp32(tmp_path: Path) -> None:
     args = ["--measure", "--set", "width=64", "--device", "cpu", "--steps", "1", "--json"]
     done = hpsearch("estimate", DIGITS, *args, cwd=tmp_path)
@@ -182,6 +186,7 @@ def test_measure_compares_each_technique_with_fp32(tmp_path: Path) -> None:
     assert any("process-wide" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 def test_measure_table_on_a_cpu_and_a_model_without_checkpointing(tmp_path: Path) -> None:
     done = hpsearch(
         "estimate", TABULAR, "--measure", "--device", "cpu", "--steps", "1", cwd=tmp_path
@@ -204,6 +209,7 @@ def test_measure_table_on_a_cpu_and_a_model_without_checkpointing(tmp_path: Path
     assert "bf16 on a CPU says nothing about a GPU" in footnote
 
 
+@pytest.mark.slow
 def test_a_worker_fails_what_cannot_fit_before_training_and_goes_on(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
@@ -249,6 +255,7 @@ def test_a_worker_fails_what_cannot_fit_before_training_and_goes_on(
     assert "leaves (done) after 4 trials" in worker.stderr
 
 
+@pytest.mark.slow
 def test_a_bad_device_memory_for_workers_is_bad_input(pg_url: str, tmp_path: Path) -> None:
     config = tmp_path / "grid.toml"
     config.write_text(GRID.format(name="never-created"))

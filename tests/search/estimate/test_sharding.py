@@ -17,8 +17,8 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from search.estimate.sharding import largest_unit_params, per_gpu, sharded_rows
-from tests.conftest import REPO
-from tests.search.commands.test_cli import hpsearch
+from tests.helpers import REPO
+from tests.helpers.cli import hpsearch
 from trainer import TrainConfig, resolve_task
 from trainer.memory import MemoryTarget, fit_memory
 

@@ -21,9 +21,10 @@ import sqlalchemy as sa
 
 from search.db.artifacts import DatabaseArtifactStore
 from search.db.storage import open_storage
-from tests.search.commands.test_cli import hpsearch, write_config
-from tests.search.dashboard_process import DashboardProcess
-from tests.search.processes import WorkerProcess, ignore_sigint, reported_epochs, wait_for
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import write_config
+from tests.helpers.dashboard_process import DashboardProcess
+from tests.helpers.processes import WorkerProcess, ignore_sigint, reported_epochs, wait_for
 
 PASSWORD = "Sw0rdf1sh-dash"
 """In every storage URL of these tests. The server trusts 127.0.0.1, so it is never checked,
@@ -78,6 +79,7 @@ def dashboard(made_study: MadeStudy) -> Iterator[DashboardProcess]:
         server.kill()
 
 
+@pytest.mark.slow
 def test_the_dashboard_shows_the_study_its_note_provenance_and_checkpoints(
     made_study: MadeStudy, dashboard: DashboardProcess, pg_url: str
 ) -> None:
@@ -120,6 +122,7 @@ def test_the_dashboard_shows_the_study_its_note_provenance_and_checkpoints(
     assert data[:2] == b"PK" and len(data) > 1000  # a torch checkpoint (a zip archive)
 
 
+@pytest.mark.slow
 def test_json_answers_are_compressed_for_browsers(
     made_study: MadeStudy, dashboard: DashboardProcess
 ) -> None:
@@ -132,6 +135,7 @@ def test_json_answers_are_compressed_for_browsers(
     assert json.loads(gzip.decompress(packed))["name"] == made_study.name
 
 
+@pytest.mark.slow
 def test_no_password_in_the_page_the_api_or_the_logs(
     made_study: MadeStudy, dashboard: DashboardProcess
 ) -> None:
@@ -164,6 +168,7 @@ def test_no_password_in_the_page_the_api_or_the_logs(
     assert "GET /api/studies" in dashboard.output  # -v logged the requests (masked too)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_it_and_another_host_is_warned_about(made_study: MadeStudy) -> None:
     server = DashboardProcess(
         "--host",
@@ -184,6 +189,7 @@ def test_sigterm_stops_it_and_another_host_is_warned_about(made_study: MadeStudy
     assert "read-only:" not in server.output  # the owner role may write
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_it_even_started_in_the_background(made_study: MadeStudy) -> None:
     """A background job of a non-interactive shell inherits SIGINT ignored: the dashboard
     handles SIGINT itself, so Ctrl-C (or `kill -INT`) still stops it, exit 0."""
@@ -202,6 +208,7 @@ def test_ctrl_c_stops_it_even_started_in_the_background(made_study: MadeStudy) -
     assert "dashboard stopped" in server.output and "Traceback" not in server.output
 
 
+@pytest.mark.slow
 def test_a_read_only_role_shows_and_says_so(made_study: MadeStudy, pg_url: str) -> None:
     role = f"viewer_{uuid.uuid4().hex[:8]}"
     admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
@@ -306,6 +313,7 @@ def test_the_incremental_summary_answers_as_optuna_dashboard_does(tmp_path: Path
     assert {a["key"] for a in answer(ours)["union_user_attrs"]} == {"note"}
 
 
+@pytest.mark.slow
 def test_large_studies_are_named_when_it_starts(
     made_study: MadeStudy, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,8 +28,10 @@ from search.db.storage import open_storage
 from search.study.config import load_config
 from search.study.note import save_study_note
 from search.study.studies import create_study
-from tests.search.commands.test_cli import write_config
-from tests.search.dashboard_process import DashboardProcess
+from tests.helpers.configs import write_config
+from tests.helpers.dashboard_process import DashboardProcess
+
+pytestmark = pytest.mark.slow
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 PASSWORD = "Br0wser-secret"

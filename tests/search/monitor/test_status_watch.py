@@ -25,10 +25,11 @@ from search.db import fenced_writes
 from search.db.leases import Claim
 from search.db.storage import Storage, open_storage
 from search.study.studies import create_study
-from tests.conftest import REPO
-from tests.search.commands.test_cli import hpsearch
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
-from tests.search.processes import default_signals, ignore_sigint
+from tests.helpers import REPO
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import claim_a_new_trial, register
+from tests.helpers.processes import default_signals, ignore_sigint
 
 
 def held_trial(url: str, name: str, n_trials: int = 3) -> tuple[Storage, Claim]:
@@ -135,6 +136,7 @@ def test_watch_stops_on_ctrl_c_and_sigterm_even_started_in_the_background(
         storage.close()
 
 
+@pytest.mark.slow
 def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:

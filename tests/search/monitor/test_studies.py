@@ -10,7 +10,8 @@ from search.commands import main as hpsearch
 from search.db import fenced_writes
 from search.db.storage import open_storage
 from search.study.studies import create_study
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import claim_a_new_trial, register
 
 
 def test_studies_lists_every_study_with_counts_best_and_last_activity(

@@ -13,7 +13,7 @@ from search.pruning.pruner import Pruner
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
-from tests.search.objectives import curve
+from tests.helpers.objectives import curve
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from search.sampling.samplers import make_sampler
 from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
-from tests.search.objectives import curve
+from tests.helpers.objectives import curve
 
 SPACE = {"x": FloatDistribution(0.0, 1.0)}
 

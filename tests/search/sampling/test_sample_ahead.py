@@ -8,7 +8,7 @@ import time
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import TrialSampler
 from search.study.studies import create_study
-from tests.search.sampling.test_sampling_view import tpe_config
+from tests.helpers.configs import tpe_config
 
 
 def test_the_loop_waits_for_its_own_sampler_thread_and_hears_what_it_created(

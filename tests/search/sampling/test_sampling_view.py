@@ -13,26 +13,10 @@ import optuna_dashboard
 from search.db.storage import open_storage
 from search.sampling.mirror import StudyMirror
 from search.sampling.samplers import make_sampler, suggest
-from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
-from tests.search.objectives import curve
-
-
-def tpe_config(name: str, n_trials: int) -> object:
-    return parse_config(
-        {
-            "study": {"name": name, "n_trials": n_trials, "sampler": "tpe", "seed": 3},
-            "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
-            "task": {"name": "digits", "epochs": 9},
-            "space": {
-                "x": {"type": "float", "low": 0.0, "high": 1.0},
-                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
-                "width": {"type": "int", "low": 8, "high": 64, "log": True},
-                "act": {"type": "categorical", "choices": ["relu", "gelu"]},
-            },
-        }
-    )
+from tests.helpers.configs import tpe_config
+from tests.helpers.objectives import curve
 
 
 def test_tpe_studies_stay_optuna_studies(storage_url: str, study_name: str) -> None:

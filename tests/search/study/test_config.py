@@ -10,21 +10,8 @@ import pytest
 
 from search.study.config import ConfigError, StudyConfig, load_config, parse_config
 from search.study.space import CategoricalParam, FloatParam, IntParam
-from tests.conftest import REPO
-
-GOOD: dict[str, Any] = {
-    "study": {"name": "demo", "direction": "maximize", "n_trials": 6, "sampler": "tpe", "seed": 3},
-    "pruner": {"type": "hyperband", "min_resource": 1, "reduction_factor": 3},
-    "task": {"name": "digits", "epochs": 9},
-    "train": {"precision": "auto", "grad_accum_steps": 2, "checkpoint_every_s": 60},
-    "space": {
-        "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
-        "batch_size": {"type": "categorical", "choices": [32, 64, 128]},
-        "width": {"type": "int", "low": 8, "high": 64, "log": True},
-        "dropout": {"type": "float", "low": 0.0, "high": 0.5},
-    },
-    "grid": {"points": 3},
-}
+from tests.helpers import REPO
+from tests.helpers.configs import GOOD
 
 
 def with_change(path: str, value: Any) -> dict[str, Any]:

@@ -15,9 +15,9 @@ from search.db.storage import open_storage
 from search.study.config import ConfigError, StudyConfig, load_config, parse_config
 from search.study.note import config_toml
 from search.study.studies import create_study
-from tests.conftest import REPO
-from tests.search.commands.test_cli import count_studies, hpsearch, write_config
-from tests.search.study.test_config import GOOD
+from tests.helpers import REPO
+from tests.helpers.cli import count_studies, hpsearch
+from tests.helpers.configs import GOOD, write_config
 
 SECRET = "s3cr3t-pw"
 
@@ -69,7 +69,7 @@ def test_tracking_is_stored_with_the_study_and_shown_in_its_note() -> None:
 
 
 def _with_tracking_section(tmp_path: Path, name: str, section: str) -> Path:
-    config = write_config(tmp_path, name, n_trials=2, task="tests.search.tiny_task:make_task")
+    config = write_config(tmp_path, name, n_trials=2, task="tests.helpers.tiny_task:make_task")
     config.write_text(config.read_text() + "\n[tracking]\n" + section)
     return config
 
@@ -130,7 +130,9 @@ def test_export_without_settings_or_with_bad_flags_is_one_line(
     flags: list[str], message: str, tmp_path: Path, pg_url: str, study_name: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    config = write_config(tmp_path, study_name, n_trials=2, task="tests.search.tiny_task:make_task")
+    config = write_config(
+        tmp_path, study_name, n_trials=2, task="tests.helpers.tiny_task:make_task"
+    )
     create_study(open_storage(pg_url), load_config(config))
     export = ["export", "--study", study_name, "--to", "mlflow", "--storage", pg_url]
     assert main([*export, *flags]) == 2

@@ -18,7 +18,7 @@ from search.study.studies import create_study
 from search.worker import tracked
 from search.worker.loop import Worker
 from search.worker.training import run_training
-from tests.search.tracking_helpers import (
+from tests.helpers.trackers import (
     EPOCHS,
     FAILING_TRIAL,
     FAILURE,
@@ -28,6 +28,8 @@ from tests.search.tracking_helpers import (
     run_study_with_a_preempted_trial,
     tracked_config,
 )
+
+pytestmark = pytest.mark.slow
 
 STATUS = {"COMPLETE": "FINISHED", "PRUNED": "KILLED", "FAIL": "FAILED"}
 

@@ -15,14 +15,16 @@ from search.db.storage import open_storage
 from search.study.studies import create_study
 from search.tracking.wandb_tracker import wandb_run_id
 from search.worker.loop import Worker
-from tests.search.tracking_helpers import (
+from tests.helpers.trackers import (
     EPOCHS,
     FAILING_TRIAL,
     FAILURE,
     run_study_with_a_preempted_trial,
     tracked_config,
 )
-from tests.search.wandb_files import offline_runs
+from tests.helpers.wandb_files import offline_runs
+
+pytestmark = pytest.mark.slow
 
 
 def test_each_trial_is_one_offline_run_and_a_resumed_trial_keeps_its_id(

@@ -23,7 +23,8 @@ from search.worker.artifacts import (
 )
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import claim_a_new_trial, register
 
 
 def test_database_store_round_trips_in_chunks(pg_url: str) -> None:

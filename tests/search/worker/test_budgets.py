@@ -26,8 +26,8 @@ from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-from tests.search.objectives import curve, join_all, start_workers
-from tests.search.processes import query
+from tests.helpers.objectives import curve, join_all, start_workers
+from tests.helpers.processes import query
 
 
 def make_config(name: str, pruner: dict[str, Any], **study: Any) -> Any:
@@ -72,6 +72,7 @@ def run_one_worker(url: str, name: str, run_trial: Any = None) -> int:
         storage.close()
 
 
+@pytest.mark.slow
 def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
     storage_url: str, study_name: str
 ) -> None:
@@ -107,6 +108,7 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
             assert t.value == t.intermediate_values[max(t.intermediate_values)]
 
 
+@pytest.mark.slow
 def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     storage_url: str, study_name: str
 ) -> None:
@@ -137,6 +139,7 @@ def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     assert sorted(trial.intermediate_values) == list(range(1, 10))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pruner", ["none", "hyperband", "asha"])
 def test_eight_workers_train_exactly_the_epoch_budget_on_postgresql(
     pg_url: str, study_name: str, pruner: str

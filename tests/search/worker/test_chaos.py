@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from tests.soak.chaos import run_soak
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_study_survives_every_fault_at_once(

@@ -15,13 +15,16 @@ from search.study.config import load_config
 from search.study.studies import create_study
 from search.worker.provenance import launched_by, launched_by_label
 from search.worker.slurm_script import parse_slurm_time
-from tests.search.commands.test_cli import hpsearch, write_config
-from tests.search.processes import WorkerProcess
+from tests.helpers.cli import hpsearch
+from tests.helpers.configs import write_config
+from tests.helpers.processes import WorkerProcess
 
 
 @pytest.fixture
 def study(pg_url: str, study_name: str, tmp_path: Path) -> str:
-    config = write_config(tmp_path, study_name, n_trials=1, task="tests.search.tiny_task:make_task")
+    config = write_config(
+        tmp_path, study_name, n_trials=1, task="tests.helpers.tiny_task:make_task"
+    )
     create_study(open_storage(pg_url), load_config(config))
     return study_name
 
@@ -172,6 +175,7 @@ def test_launched_by_reads_slurm_and_kubernetes_environments() -> None:
     assert launched_by_label(pod) == "k8s:w-2-abcde"
 
 
+@pytest.mark.slow
 def test_a_worker_started_by_slurm_says_so_in_workers_and_in_its_trials(
     pg_url: str, study: str, tmp_path: Path
 ) -> None:

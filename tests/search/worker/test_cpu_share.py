@@ -19,7 +19,8 @@ from search.study.studies import create_study
 from search.worker.cpu_share import OURS, CoreShare, share_cpu_threads, thread_share
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-from tests.search.db.test_dispatch import make_config, register
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import register
 
 
 @pytest.fixture(autouse=True)

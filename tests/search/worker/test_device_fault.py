@@ -1,6 +1,7 @@
 """A CUDA error poisons its process: the trial goes back (one failed attempt of its crash
 budget), the worker exits 1, and `--gpus all` starts a fresh child. Real worker processes on
-PostgreSQL; the error is raised on the CPU with torch's message (tests/search/device_fault_task)."""
+PostgreSQL; the error is raised on the CPU with torch's message
+(tests/helpers/device_fault_task.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
@@ -16,9 +18,11 @@ from search.study.config import parse_config
 from search.study.studies import create_study
 from search.worker.launcher import run_worker_processes
 from search.worker.start import WorkerOptions
-from tests.conftest import REPO
-from tests.search.device_fault_task import ILLEGAL_ACCESS, POISON_X
-from tests.search.processes import WorkerProcess
+from tests.helpers import REPO
+from tests.helpers.device_fault_task import ILLEGAL_ACCESS, POISON_X
+from tests.helpers.processes import WorkerProcess
+
+pytestmark = pytest.mark.slow
 
 
 def _study(url: str, name: str) -> optuna.Study:
@@ -28,7 +32,7 @@ def _study(url: str, name: str) -> optuna.Study:
         {
             "study": {"name": name, "n_trials": 4, "sampler": "random", "max_attempts": 2},
             "pruner": {"type": "none"},
-            "task": {"name": "tests.search.device_fault_task:make_task", "epochs": 2},
+            "task": {"name": "tests.helpers.device_fault_task:make_task", "epochs": 2},
             "space": {
                 "x": {"type": "float", "low": 0.0, "high": 1.0},
                 "width": {"type": "categorical", "choices": [4, 8]},

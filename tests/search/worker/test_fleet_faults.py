@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 
 import optuna
+import pytest
 import sqlalchemy as sa
 
 from search.db.storage import open_storage
 from search.db.studies import CONFIG_ATTR
 from search.sampling.sample_ahead import queue_first_trials
 from search.study.studies import create_study
-from tests.search.db.test_dispatch import make_config
-from tests.search.objectives import POISON_X, join_all, start_workers
-from tests.search.processes import WorkerProcess, query
+from tests.helpers.configs import make_config
+from tests.helpers.objectives import POISON_X, join_all, start_workers
+from tests.helpers.processes import WorkerProcess, query
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_poisonous_trial_fails_after_max_attempts_and_the_study_goes_on(

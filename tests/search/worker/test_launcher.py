@@ -75,6 +75,7 @@ def test_exit_1_and_crashes_are_restarted_with_backoff_and_a_cap() -> None:
         assert restart_delay(code, 0) is None
 
 
+@pytest.mark.slow
 def test_compare_workers_see_the_parents_gpus_and_a_crashed_one_is_restarted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,6 +115,7 @@ def test_compare_workers_see_the_parents_gpus_and_a_crashed_one_is_restarted(
     ]
 
 
+@pytest.mark.slow
 def test_ranks_of_a_trial_group_see_the_groups_gpus_through_the_parents_list() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "4,5,6,7", "OMP_NUM_THREADS": "8"}
     plans = launcher.rank_plans(["cuda:2", "cuda:3"], env, cpu_count=64)

@@ -22,14 +22,16 @@ from search.db.storage import open_storage
 from search.sampling.samplers import derived_seed
 from search.study.config import load_config
 from search.study.studies import create_study
-from tests.search.commands.test_cli import write_config
-from tests.search.processes import (
+from tests.helpers.configs import write_config
+from tests.helpers.processes import (
     WorkerProcess,
     query,
     reported_epochs,
     trial_states,
     wait_for,
 )
+
+pytestmark = pytest.mark.slow
 
 EPOCHS = 12
 """Epochs of the interrupted trial: long enough that the signal lands in the middle of it."""

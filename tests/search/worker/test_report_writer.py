@@ -16,7 +16,8 @@ from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, open_storage
 from search.study.studies import create_study
 from search.worker.report_writer import ReportWriter
-from tests.search.db.test_dispatch import claim_a_new_trial, make_config, register
+from tests.helpers.configs import make_config
+from tests.helpers.dispatch import claim_a_new_trial, register
 
 
 def _claimed(storage: Storage, study_name: str, worker: str, grace_s: float = 60) -> Claim:

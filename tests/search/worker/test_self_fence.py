@@ -13,10 +13,12 @@ import sqlalchemy as sa
 from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.study.studies import create_study
-from tests.conftest import _admin_engine, fresh_database, migrated
-from tests.search.objectives import EPOCH_LOG_ENV, join_all, start_workers
-from tests.search.processes import WorkerProcess, reported_epochs, trial_states, wait_for
-from tests.search.tcp_proxy import TcpProxy
+from tests.helpers.objectives import EPOCH_LOG_ENV, join_all, start_workers
+from tests.helpers.postgres import admin_engine, fresh_database, migrated
+from tests.helpers.processes import WorkerProcess, reported_epochs, trial_states, wait_for
+from tests.helpers.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.slow
 
 GRACE_S = 4.0
 
@@ -74,19 +76,22 @@ def test_a_worker_cut_off_from_the_database_stops_before_its_trial_is_taken_over
     assert sorted(trial.intermediate_values) == list(range(1, 61))
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("how", ["database dropped", "database renamed"])
 def test_a_worker_whose_database_is_gone_stops_with_one_line(how: str, tmp_path: Path) -> None:
     with fresh_database() as url:
         migrated(url)
         storage = open_storage(url)
         name = "gone"
-        create_study(storage, _config(name, epochs=100000, task="tests.search.tiny_task:make_task"))
+        create_study(
+            storage, _config(name, epochs=100000, task="tests.helpers.tiny_task:make_task")
+        )
         storage.close()
         worker = WorkerProcess(url, name, tmp_path, grace_s=GRACE_S, name="w")
         try:
             wait_for(lambda: reported_epochs(url, name, 0) >= 2, 120, "epoch 2", [worker])
             database = sa.engine.make_url(url).database
-            admin = _admin_engine()
+            admin = admin_engine()
             with admin.connect() as conn:
                 if how == "database dropped":
                     conn.execute(sa.text(f'DROP DATABASE "{database}" WITH (FORCE)'))
@@ -107,7 +112,7 @@ def test_a_worker_whose_database_is_gone_stops_with_one_line(how: str, tmp_path:
         finally:
             worker.kill()
             if how == "database renamed":
-                admin = _admin_engine()
+                admin = admin_engine()
                 with admin.connect() as conn:
                     conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{renamed}" WITH (FORCE)'))
                 admin.dispose()

@@ -1,4 +1,4 @@
-"""`hpsearch slurm --submit` on a real one-node Slurm (tests/search/slurm_cluster.py), CPU-only,
+"""`hpsearch slurm --submit` on a real one-node Slurm (tests/helpers/slurm_cluster.py), CPU-only,
 on PostgreSQL: a 3-task job array finishes exactly n_trials; `scancel --signal=TERM` on one
 task, the time limit of another and the preemption of the third make their workers checkpoint
 and hand their trials back; the preempted task is requeued and resumes all three.
@@ -19,13 +19,16 @@ import time
 from pathlib import Path
 
 import optuna
+import pytest
 
 from search.db.storage import open_storage
 from search.study.config import load_config
 from search.study.studies import create_study
-from tests.search.commands.test_cli import hpsearch
-from tests.search.processes import query, wait_for
-from tests.search.slurm_cluster import slurm_cluster
+from tests.helpers.cli import hpsearch
+from tests.helpers.processes import query, wait_for
+from tests.helpers.slurm_cluster import slurm_cluster
+
+pytestmark = pytest.mark.slow
 
 EPOCHS = 30
 """Epochs per trial: held, about 80 s (2.6 s an epoch); none may finish before the hand-backs."""
@@ -42,7 +45,7 @@ seed = 3
 type = "none"
 
 [task]
-name = "tests.search.held_task:make_task"
+name = "tests.helpers.held_task:make_task"
 epochs = {epochs}
 
 [space]

@@ -30,9 +30,9 @@ from search.study.studies import create_study
 from search.worker.launcher import gpu_groups, trial_devices
 from search.worker.trial import TrialRun
 from search.worker.trial_group import run_trial_group
-from tests.conftest import REPO
-from tests.search.commands.test_cli import hpsearch
-from tests.search.processes import (
+from tests.helpers import REPO
+from tests.helpers.cli import hpsearch
+from tests.helpers.processes import (
     WorkerProcess,
     query,
     reported_epochs,
@@ -126,6 +126,7 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         assert torch.allclose(a[name], b[name], rtol=1e-4, atol=1e-5), name
 
 
+@pytest.mark.slow
 def test_two_ranks_train_the_steps_one_process_trains(
     tmp_path: Path, one_process: dict[str, Any]
 ) -> None:
@@ -149,6 +150,7 @@ def test_two_ranks_train_the_steps_one_process_trains(
     assert outcome.value == pytest.approx(one_process["result"].metrics[-1], abs=2e-3)
 
 
+@pytest.mark.slow
 def test_a_pruning_decision_stops_both_ranks_at_the_same_epoch(tmp_path: Path) -> None:
     asked: list[int] = []
 
@@ -169,6 +171,7 @@ def test_a_pruning_decision_stops_both_ranks_at_the_same_epoch(tmp_path: Path) -
     ]
 
 
+@pytest.mark.slow
 def test_a_two_rank_checkpoint_resumes_in_one_process(
     tmp_path: Path, one_process: dict[str, Any]
 ) -> None:
@@ -202,12 +205,13 @@ def test_a_two_rank_checkpoint_resumes_in_one_process(
     assert_same_weights(model_of(tmp_path / "ckpt")["model"], one_process["checkpoint"]["model"])
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_fails_the_trial_naming_the_rank(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("RANK_FAULT_MARKER", str(tmp_path / "marker"))
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the ranks import the task from tests/
-    config = write_config(tmp_path, task="tests.search.rank_faults:make_task")
+    config = write_config(tmp_path, task="tests.helpers.rank_faults:make_task")
     run = group_run(
         config,
         DirectoryCheckpointStore(tmp_path / "c"),
@@ -237,6 +241,7 @@ def test_the_devices_of_a_trial() -> None:
         trial_devices("cuda:0,1,2", 2)
 
 
+@pytest.mark.slow
 def test_a_killed_rank_hands_the_trial_back_and_the_worker_retries_it(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:
@@ -245,7 +250,7 @@ def test_a_killed_rank_hands_the_trial_back_and_the_worker_retries_it(
         tmp_path,
         study_name,
         n_trials=2,
-        task="tests.search.rank_faults:make_task",
+        task="tests.helpers.rank_faults:make_task",
         extra='fault = { type = "categorical", choices = ["kill"] }',
     )
     create_study(open_storage(pg_url), load_config(config))
@@ -309,6 +314,7 @@ def test_a_bad_gpus_per_trial_is_one_line_and_exit_2(
     assert registered[0][0] == 0
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_both_ranks_and_one_process_finishes_the_trial(
     pg_url: str, study_name: str, tmp_path: Path
 ) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from search.commands import main as hpsearch
-from tests.terminal import run_on_a_terminal
+from tests.helpers.terminal import run_on_a_terminal
 
 REPO = Path(__file__).resolve().parents[3]
 DIGITS = str(REPO / "examples" / "digits.toml")
@@ -45,6 +45,7 @@ def _config(tmp_path: Path, task: str = "digits", extra: str = "") -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_prints_one_line_per_epoch_and_exits_0() -> None:
     run = subprocess.run(
         [
@@ -74,6 +75,7 @@ def test_prints_one_line_per_epoch_and_exits_0() -> None:
     assert "trainer: precision fp32 (auto on the CPU" in run.stderr
 
 
+@pytest.mark.slow
 def test_draws_a_progress_bar_on_a_terminal() -> None:
     code, text = run_on_a_terminal(
         [sys.executable, "-m", "search", "try", DIGITS, "--epochs", "1", "--set", "width=8"],
@@ -87,6 +89,7 @@ def test_draws_a_progress_bar_on_a_terminal() -> None:
     assert re.search(r"epoch 1/1  val_accuracy \d\.\d{4}", text)
 
 
+@pytest.mark.slow
 def test_resumes_from_its_checkpoint_dir(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     args = [DIGITS, "--epochs", "2", "--set", "width=8", "--checkpoint-dir", str(tmp_path)]
     assert hpsearch(["try", *args]) == 0
@@ -143,6 +146,7 @@ def test_bad_config_task_and_device_exit_2(tmp_path: Path, capsys: pytest.Captur
         assert message in err, err
 
 
+@pytest.mark.slow
 def test_a_custom_task_by_name_and_exit_codes_1_and_130(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -14,8 +14,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import REPO
-from tests.search.processes import default_signals
+from tests.helpers import REPO
+from tests.helpers.processes import default_signals
 
 
 class DashboardProcess:

@@ -1,5 +1,5 @@
 """Shared parts of the tracking tests: a real `mlflow server`, a small study that trains for
-real (tests/search/tiny_task.py), and a worker preempted mid-trial by a real SIGTERM."""
+real (tests/helpers/tiny_task.py), and a worker preempted mid-trial by a real SIGTERM."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from search.worker.artifacts import artifact_store_for
 from search.worker.loop import Worker
 from search.worker.training import run_training
 from search.worker.trial import TrialRun
-from tests.conftest import fresh_database
+from tests.helpers.postgres import fresh_database
 
 EPOCHS = 6
 
@@ -112,7 +112,7 @@ def tracked_config(name: str, tracking: dict[str, Any], n_trials: int = 8) -> An
         {
             "study": {"name": name, "n_trials": n_trials, "sampler": "random", "seed": 3},
             "pruner": {"type": "median", "n_startup_trials": 2, "n_warmup_steps": 1},
-            "task": {"name": "tests.search.tiny_task:make_task", "epochs": EPOCHS},
+            "task": {"name": "tests.helpers.tiny_task:make_task", "epochs": EPOCHS},
             "train": {"checkpoint_every_s": 60},
             "space": {
                 "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},

@@ -1,5 +1,5 @@
 """tiny_task, slowed down while a file exists: trials that stay mid-training until a test lets
-them go (``task.name = "tests.search.held_task:make_task"``).
+them go (``task.name = "tests.helpers.held_task:make_task"``).
 
 While the file named by ``$HELD_TASK_FILE`` exists, each training sample takes
 `HELD_S_PER_SAMPLE` to read (an epoch of 64 samples: about 2.6 s, in 4 steps of 16, so a
@@ -16,7 +16,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from tests.search import tiny_task
+from tests.helpers import tiny_task
 from trainer import Task
 
 HELD_S_PER_SAMPLE = 0.04

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def default_signals() -> None:

@@ -1,7 +1,7 @@
 """A task that trains in milliseconds: a linear classifier on 64 fixed two-class points.
 
 For tests that need real trials (the trainer, checkpoints, reports) but not a real model:
-``task.name = "tests.search.tiny_task:make_task"``. The score depends on ``lr`` (too small
+``task.name = "tests.helpers.tiny_task:make_task"``. The score depends on ``lr`` (too small
 learns nothing in a few epochs).
 """
 
