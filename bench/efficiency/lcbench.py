@@ -24,10 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EPOCHS", "SPACE", "Curve", "LCBench", "default_data_dir"]
+__all__ = ["EPOCHS", "METRICS", "SPACE", "Curve", "LCBench", "default_data_dir"]
 
 EPOCHS = 50
 """Trained epochs of an LCBench run (YAHPO epochs 2..51)."""
+
+METRICS = {"val_accuracy": 1.0, "val_balanced_accuracy": 1.0, "val_cross_entropy": -1.0}
+"""YAHPO LCBench's validation metrics and their sign as a score (higher is better): a curve of
+val_cross_entropy holds its values negated, so every study here maximizes."""
 
 SPACE: dict[str, dict[str, Any]] = {
     "batch_size": {"type": "int", "low": 16, "high": 512, "log": True},
@@ -54,7 +58,7 @@ def default_data_dir() -> Path:
 @dataclass(frozen=True)
 class Curve:
     """One configuration's learning curve: per trained epoch (index e - 1), the validation
-    accuracy in percent and the epoch's runtime in seconds."""
+    score (accuracy in percent by default; see `METRICS`) and the epoch's runtime in seconds."""
 
     accuracy: tuple[float, ...]
     seconds: tuple[float, ...]
@@ -63,13 +67,20 @@ class Curve:
 class LCBench:
     """The surrogate of one LCBench instance (an OpenML task id)."""
 
-    def __init__(self, instance: str, data_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        instance: str,
+        data_dir: str | os.PathLike[str] | None = None,
+        metric: str = "val_accuracy",
+    ) -> None:
         import contextlib
         import io
 
         data = Path(data_dir) if data_dir is not None else default_data_dir()
         if not (data / "lcbench" / "model.onnx").is_file():
             raise FileNotFoundError(f"no LCBench surrogate in {data} (lcbench/model.onnx)")
+        if metric not in METRICS:
+            raise ValueError(f"unknown LCBench metric {metric!r}: one of {', '.join(METRICS)}")
         import yahpo_gym
 
         # Set in memory, not written to ~/.config/yahpo_gym.
@@ -80,6 +91,7 @@ class LCBench:
             raise ValueError(f"unknown LCBench instance {instance!r}")
         self._bench.set_instance(str(instance))
         self.instance = str(instance)
+        self.metric = metric
         self._cache: dict[tuple[Any, ...], Curve] = {}
 
     def curve(self, params: dict[str, Any]) -> Curve:
@@ -97,7 +109,7 @@ class LCBench:
         )
         times = [float(r["time"]) for r in rows]
         curve = Curve(
-            accuracy=tuple(float(r["val_accuracy"]) for r in rows[1:]),
+            accuracy=tuple(METRICS[self.metric] * float(r[self.metric]) for r in rows[1:]),
             seconds=tuple(max(1e-3, times[e] - times[e - 1]) for e in range(1, EPOCHS + 1)),
         )
         self._cache[key] = curve

@@ -34,6 +34,7 @@ from search.db.statements import upsert_attributes
 from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
+from search.pruning.adaptive import RungSchedule
 from search.pruning.promotion import Paused, Rungs, RungTable
 from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
@@ -159,12 +160,27 @@ class Promoter:
         self.rungs = Rungs(p.min_resource, p.reduction_factor, config.task.epochs, brackets)
         self.seed = config.study.seed
         self.maximize = config.study.direction == "maximize"
+        # ASHA retires a rung that ranks trials unlike the next one (search.pruning.adaptive).
+        self.schedule = (
+            RungSchedule(self.rungs.levels(0), maximize=self.maximize) if brackets == 1 else None
+        )
+        self._scheduled_for: int | None = None
 
     def bracket(self, number: int) -> int:
         return self.rungs.bracket_of(number, self.seed)
 
     def pauses_at(self, number: int, epoch: int) -> bool:
-        return self.rungs.pauses_at(self.bracket(number), epoch)
+        if not self.rungs.pauses_at(self.bracket(number), epoch):
+            return False
+        schedule = self.schedule
+        if schedule is None:
+            return True
+        if not schedule.settled and self._scheduled_for != number:
+            # Once per trial at its first rung, until the schedule is settled.
+            self._scheduled_for = number
+            rows = pauses.rung_rows(self.storage, self.study.study_id)
+            schedule.update((r.trial_id, r.level, r.value) for r in rows)
+        return schedule.pauses_at(epoch)
 
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes
