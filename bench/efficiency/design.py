@@ -319,9 +319,10 @@ def main(argv: list[str] | None = None) -> int:
         names.append("random")
     cached = _read(args.cache)
     todo, keys = [], {}
-    for inst in instances:
-        for name in names:
-            for seed in range(args.seeds):
+    # Seed by seed over the instances: a run cut short still covers every instance.
+    for seed in range(args.seeds):
+        for inst in instances:
+            for name in names:
                 key = cache_key(name, inst, seed, args.budget_epochs, args.metric)
                 keys[(name, inst, seed)] = key
                 if key not in cached:
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                 cached[key] = {"key": key, **row}
                 fh.write(json.dumps({"key": key, **row}) + "\n")
                 fh.flush()
-                if (i + 1) % 20 == 0:
+                if (i + 1) % 10 == 0:
                     print(f"  {i + 1}/{len(todo)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     results = {
         k: Run([tuple(x) for x in cached[key]["finished"]], cached[key]["epochs"])  # type: ignore[misc]

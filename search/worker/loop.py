@@ -737,6 +737,12 @@ class Worker:
             return  # the study is ending: nothing sampled now would be claimed
         if self._sampler_thread is not None and self._sampler_thread.is_alive():
             return
+        if self.config.study.sampler in LEARNS_FROM_RESULTS and (self.sampler.live or 0) <= 1:
+            # Alone (or not known yet): sample now, from the study as it is at the claim, so
+            # that a seed gives the same trials run after run (a thread would see the running
+            # trial's reports as far as its timing let it).
+            self._sample_ahead_quietly()
+            return
         thread = threading.Thread(target=self._sample_ahead_quietly, name="sampler", daemon=True)
         self._sampler_thread = thread
         thread.start()
