@@ -27,7 +27,7 @@ def jittery(run: TrialRun) -> TrialOutcome:
     for epoch in range(max(run.reported, default=0) + 1, run.config.task.epochs + 1):
         time.sleep(random.choice([0.0, 0.0, 0.05]))
         fit = -((math.log10(lr) + 2.5) ** 2) - 0.02 * abs(width - 40)
-        value = fit * (1 - 0.5 ** epoch) + 0.01 * epoch
+        value = fit * (1 - 0.5**epoch) + 0.01 * epoch
         if run.report(epoch, value):
             return TrialOutcome(status="pruned", value=value)
     return TrialOutcome(status="completed", value=value)
