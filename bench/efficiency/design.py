@@ -261,9 +261,8 @@ def report(
     for name in shown:
         sp = [per[i][name]["speedup"] or 0.0 for i in instances]
         reached = sum(per[i][name]["reached"] for i in instances)
-        best_peer = [
-            max(per[i][p]["speedup"] or 0.0 for p in PEERS if p in names) for i in instances
-        ]
+        peers = [p for p in PEERS if p in names]
+        best_peer = [max([per[i][p]["speedup"] or 0.0 for p in peers] or [0.0]) for i in instances]
         ge_peer = sum(s >= b for s, b in zip(sp, best_peer, strict=True))
         ge_tpe = sum(
             per[i][name]["final"] >= per[i]["optuna-tpe"]["final"] - 0.5
@@ -291,6 +290,31 @@ def report(
     return {"per_instance": per, "summary": summary}
 
 
+def _run(
+    todo: list[tuple[tuple[str, str, int], str]],
+    cached: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+) -> None:
+    """Run the studies not cached yet, appending each to the cache as it ends."""
+    jobs = [
+        (name, inst, seed, args.budget_epochs, args.metric, args.data, key)
+        for (name, inst, seed), key in todo
+        if key not in cached
+    ]
+    print(f"{len(todo) - len(jobs)} studies cached, {len(jobs)} to run", flush=True)
+    if not jobs:
+        return
+    t0 = time.perf_counter()
+    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
+    with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open(args.cache, "a") as fh:
+        for i, (key, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=1)):
+            cached[key] = {"key": key, **row}
+            fh.write(json.dumps({"key": key, **row}) + "\n")
+            fh.flush()
+            if (i + 1) % 10 == 0:
+                print(f"  {i + 1}/{len(jobs)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", default=",".join(DEV))
@@ -306,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=None)
     parser.add_argument("--cache", default=str(REPO / "bench" / "results" / "design-cache.jsonl"))
     parser.add_argument("--json", default=None, help="write the summary here")
+    parser.add_argument(
+        "--report-only", action="store_true", help="the table from the cache, nothing run"
+    )
     args = parser.parse_args(argv)
     instances = args.instances.split(",")
     bad = [i for i in instances if i not in DEV]
@@ -318,30 +345,52 @@ def main(argv: list[str] | None = None) -> int:
     if "random" not in names:
         names.append("random")
     cached = _read(args.cache)
-    todo, keys = [], {}
-    # Seed by seed over the instances: a run cut short still covers every instance.
-    for seed in range(args.seeds):
-        for inst in instances:
-            for name in names:
-                key = cache_key(name, inst, seed, args.budget_epochs, args.metric)
-                keys[(name, inst, seed)] = key
-                if key not in cached:
-                    todo.append((name, inst, seed, args.budget_epochs, args.metric, args.data, key))
-    print(f"{len(keys) - len(todo)} studies cached, {len(todo)} to run", flush=True)
+    keys = {
+        (name, inst, seed): cache_key(name, inst, seed, args.budget_epochs, args.metric)
+        for seed in range(args.seeds)
+        for inst in instances
+        for name in names
+    }
+    # main-default is derived from default where default never retired a rung: the two are
+    # then the same study, decision by decision (the schedule is the only difference).
+    derived = "main-default" in names and "default" in names
+    first = [k for k in keys if not (derived and k[0] == "main-default")]
     t0 = time.perf_counter()
-    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
-    if todo:
-        with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open(args.cache, "a") as fh:
-            for i, (key, row) in enumerate(pool.imap_unordered(_job, todo, chunksize=1)):
-                cached[key] = {"key": key, **row}
-                fh.write(json.dumps({"key": key, **row}) + "\n")
-                fh.flush()
-                if (i + 1) % 10 == 0:
-                    print(f"  {i + 1}/{len(todo)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    if not args.report_only:
+        _run([(k, keys[k]) for k in first], cached, args)
+    if derived:
+        rest = []
+        for (name, inst, seed), key in keys.items():
+            if name != "main-default" or key in cached:
+                continue
+            mine = cached.get(keys[("default", inst, seed)])
+            if mine is not None and mine["extra"].get("first_rung") == 1:
+                cached[key] = {**mine, "key": key, "derived": True}
+            else:
+                rest.append(((name, inst, seed), key))
+        if not args.report_only:
+            _run(rest, cached, args)
+    have = {k: key for k, key in keys.items() if key in cached}
+    if args.report_only:
+        # What is there: instances with every strategy and seed cached.
+        instances = [
+            i for i in instances if all((n, i, s) in have for n in names for s in range(args.seeds))
+        ]
     results = {
         k: Run([tuple(x) for x in cached[key]["finished"]], cached[key]["epochs"])  # type: ignore[misc]
-        for k, key in keys.items()
+        for k, key in have.items()
     }
+    if "default" in names:
+        retired = {
+            f"{i}/{s}": cached[have[("default", i, s)]]["extra"].get("first_rung")
+            for i in instances
+            for s in range(args.seeds)
+        }
+        moved = {k: v for k, v in retired.items() if v != 1}
+        print(f"default retired its first rung in {len(moved)} studies: {moved}")
+    if not instances:
+        print("no instance has every strategy and seed cached yet")
+        return 0
     out = report(results, [n for n in names], instances, args.seeds, args.budget_epochs)
     print(f"\n{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
     if args.json:
