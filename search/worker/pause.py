@@ -15,6 +15,9 @@ the database evaluates it (one query per decision, whatever the study's size), a
 checks both pick the same trial. When no new
 trial may start (n_trials reached), paused trials are promoted with the looser rule ceil(n/eta)
 (draining), and whatever then stays paused ends PRUNED with its last value once nothing runs.
+ASHA (one bracket) stops pausing at a rung whose ranking the next rung contradicts
+(`search.pruning.adaptive`): a worker reads the rung table once per trial at its first rung
+until that decision is settled.
 
 `publish_progress`: the budget used and left, and the paused trials, as the study's user
 attributes ``budget`` and ``paused trials``, which optuna-dashboard shows on the study's page
