@@ -5,20 +5,21 @@ Promotion ASHA ranks trials at rungs after 1, 3, 9, ... epochs and trains on onl
 many (a learning rate that starts slowly and ends best, dropout that pays off late): the
 rung then throws away the configurations that would have won, and the study ends below
 random search without pruning. Whether a rung misleads is measurable in the study itself
-(Hyper-Tune's "delayed" rungs, Li et al. 2022; the rung-correlation test of Wang et al.'s
-adaptive grace period): among the trials that reached both rung `k` and the next one, the rank
-correlation (Spearman's rho) of their values at the two rungs. When it is low once enough
+(Hyper-Tune, Li et al. 2022, weighs its brackets by how well each fidelity ranks
+configurations as the highest one does; here consecutive rungs are compared): among the
+trials that reached both rung `k` and the next one, the rank correlation (Spearman's rho) of
+their values at the two rungs. When it is low once enough
 trials have reached both, rung `k` is *retired*: new trials train past it without pausing
 (their first pause is at the next rung), so the study spends more epochs per configuration
 where its early epochs do not tell configurations apart. Retiring is for good (a study's
-schedule only moves up, so a trial's rungs never change under it), and it goes on rung by
-rung: if the next rung misleads too, it goes as well; up to the last rung, which has
-no rung above it to be judged against and stays.
+schedule only moves up), and it goes on rung by rung: if the next rung misleads too, it goes
+as well, up to the last rung, which has no rung above it to be judged against and stays.
 
 The correlation is measured among promoted trials only (the best third of the lower rung): a
 range-restricted sample, so its rho sits below the population's even where the ranking is
-sound. `THRESHOLD` and `MIN_PAIRS` were chosen on the development suite of LCBench
-(bench/efficiency/design.py, bench/BENCHMARKS.md "Design on the development suite").
+sound. `THRESHOLD` and `MIN_PAIRS` were set on the development suite of LCBench
+(bench/efficiency/design.py, bench/BENCHMARKS.md "Design on the development suite"; 0.5
+was tried beside 0.3).
 
 The same function decides in the simulation (bench/efficiency/simulate.py) and in the
 workers (`search.worker.pause.Promoter`, from the study's `trial_rungs` rows).
