@@ -124,10 +124,15 @@ def asha_study(
     min_resource: int = 1,
     eta: int = 3,
     brackets: int = 1,
+    adapt: dict[str, Any] | None = None,
     **kw: Any,
 ) -> Run:
     """Promotion ASHA (several brackets: Hyperband with promotion) on a simulated clock.
-    `sampler`: a name for `make_optuna_sampler`, or a sampler to use as it is."""
+    `sampler`: a name for `make_optuna_sampler`, or a sampler to use as it is. `adapt`:
+    retire rungs whose ranking misleads (`search.pruning.adaptive.first_active_level`, with
+    these keyword arguments), decided when a trial starts, as the workers do; one bracket."""
+    from search.pruning.adaptive import RungSchedule
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if isinstance(sampler, str):
         sampler = make_optuna_sampler(sampler, seed, **kw)
@@ -139,6 +144,12 @@ def asha_study(
     paused: list[set[int]] = [set() for _ in levels]
     trials: dict[int, tuple[optuna.Trial, Curve]] = {}
     rng = np.random.default_rng(seed)
+    retired: list[int] = []  # per new trial (adapt): the index of its first rung
+    schedule = (
+        RungSchedule(levels[:-1], maximize=True, **adapt)
+        if adapt is not None and brackets == 1
+        else None
+    )
     # Hyperband's bracket sizes: bracket s starts at rung s; weights as Li et al.'s n_s.
     s_max = len(levels) - 1
     weights = np.array(
@@ -156,10 +167,20 @@ def asha_study(
             for _, number in top:
                 if number in paused[k]:
                     paused[k].discard(number)
-                    return number, k, k + 1
+                    # Past rungs retired since it paused (adapt), as a worker's pauses_at.
+                    active = levels.index(schedule.level) if schedule and schedule.level else 0
+                    return number, k, max(k + 1, active)
         trial = study.ask()
         trials[trial.number] = (trial, curve_of(suggest_space(trial)))
         start = int(rng.choice(brackets, p=weights)) if brackets > 1 else 0
+        if schedule is not None:
+            if not schedule.settled:
+                schedule.update(
+                    (n, levels[k], v) for k in range(len(levels) - 1) for v, n in recorded[k]
+                )
+            first = schedule.level
+            start = levels.index(first) if first is not None else len(levels) - 1
+            retired.append(start)
         return trial.number, -1, start
 
     clock, reserved = 0.0, 0
@@ -204,4 +225,16 @@ def asha_study(
     finished = [(int(np.searchsorted(times, t, side="right")), v) for t, v in done_at]
     for t, _ in done_at:
         assert math.isfinite(t)
-    return Run(sorted(finished), reserved, {"trials": len(trials), "clock_s": clock})
+    extra: dict[str, Any] = {"trials": len(trials), "clock_s": clock}
+    if brackets == 1:
+        from search.pruning.adaptive import rung_correlations
+
+        rows = [(n, levels[k], v) for k in range(len(levels) - 1) for v, n in recorded[k]]
+        extra["rung_rho"] = {
+            str(m): rung_correlations(levels[:-1], rows, maximize=True, min_pairs=m)
+            for m in (10, 20, 1000)
+        }
+    if adapt is not None:
+        extra["first_rung"] = levels[max(retired, default=0)]
+        extra["retired_at_trial"] = next((i for i, r in enumerate(retired) if r > 0), None)
+    return Run(sorted(finished), reserved, extra)

@@ -47,6 +47,7 @@ __all__ = [
     "pass_rung_if_promotable",
     "pause",
     "paused_count",
+    "rung_rows",
 ]
 
 
@@ -66,6 +67,20 @@ def paused_count(conn: Connection, study_id: int) -> int:
             trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
         )
     ).scalar_one()
+
+
+def rung_rows(storage: Storage, study_id: int) -> list[RungRow]:
+    """Every trial's value at every rung it reached, and whether it sits paused there."""
+    r = trial_rungs
+    with storage.autocommit() as conn:
+        rows = conn.execute(
+            sa.select(r.c.trial_id, r.c.bracket, r.c.level, r.c.value, r.c.paused).where(
+                r.c.study_id == study_id
+            )
+        ).all()
+    return [
+        RungRow(t, b, lvl, math.nan if v is None else float(v), bool(p)) for t, b, lvl, v, p in rows
+    ]
 
 
 def next_promotable(

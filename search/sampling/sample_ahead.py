@@ -74,6 +74,8 @@ class TrialSampler:
         self.depth: int | None = None
         """The queue's depth when this process last looked (None: not yet); claims that
         leave fewer trials queued than this top it up."""
+        self.live: int | None = None
+        """Live workers of the study when this process last looked (None: not yet)."""
 
     def top_up(self, *, stop: threading.Event | None = None, at_least: int = 0) -> bool:
         """If this process wins the sampling lock, fill the queue to its depth (or to
@@ -84,7 +86,7 @@ class TrialSampler:
             missing = self.config.study.max_trials - counts.total
             learns = self.config.study.sampler in LEARNS_FROM_RESULTS
             depth = math.ceil(max(1, live) / 4) if learns else max(1, live)
-            self.depth = depth
+            self.depth, self.live = depth, live
             return min(missing, max(1, depth, at_least) - counts.queued)
 
         # One sampling thread per process at a time (the worker's loop and its sampler thread

@@ -15,6 +15,9 @@ the database evaluates it (one query per decision, whatever the study's size), a
 checks both pick the same trial. When no new
 trial may start (n_trials reached), paused trials are promoted with the looser rule ceil(n/eta)
 (draining), and whatever then stays paused ends PRUNED with its last value once nothing runs.
+ASHA (one bracket) stops pausing at a rung whose ranking the next rung contradicts
+(`search.pruning.adaptive`): a worker reads the rung table once per trial at its first rung
+until that decision is settled.
 
 `publish_progress`: the budget used and left, and the paused trials, as the study's user
 attributes ``budget`` and ``paused trials``, which optuna-dashboard shows on the study's page
@@ -34,6 +37,7 @@ from search.db.statements import upsert_attributes
 from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
+from search.pruning.adaptive import RungSchedule
 from search.pruning.promotion import Rungs
 from search.study.spending import budget_line, budget_spent, hours_since
 from search.study.studies import StudyRef
@@ -158,12 +162,27 @@ class Promoter:
         self.rungs = Rungs(p.min_resource, p.reduction_factor, config.task.epochs, brackets)
         self.seed = config.study.seed
         self.maximize = config.study.direction == "maximize"
+        # ASHA retires a rung that ranks trials unlike the next one (search.pruning.adaptive).
+        self.schedule = (
+            RungSchedule(self.rungs.levels(0), maximize=self.maximize) if brackets == 1 else None
+        )
+        self._scheduled_for: int | None = None
 
     def bracket(self, number: int) -> int:
         return self.rungs.bracket_of(number, self.seed)
 
     def pauses_at(self, number: int, epoch: int) -> bool:
-        return self.rungs.pauses_at(self.bracket(number), epoch)
+        if not self.rungs.pauses_at(self.bracket(number), epoch):
+            return False
+        schedule = self.schedule
+        if schedule is None:
+            return True
+        if not schedule.settled and self._scheduled_for != number:
+            # Once per trial at its first rung, until the schedule is settled.
+            self._scheduled_for = number
+            rows = pauses.rung_rows(self.storage, self.study.study_id)
+            schedule.update((r.trial_id, r.level, r.value) for r in rows)
+        return schedule.pauses_at(epoch)
 
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes

@@ -90,6 +90,12 @@ class SampleAhead:
             return  # the study is ending: nothing sampled now would be claimed
         if self._thread is not None and self._thread.is_alive():
             return
+        if config_sampler in LEARNS_FROM_RESULTS and (self.sampler.live or 0) <= 1:
+            # Alone (or not known yet): sample now, from the study as it is at the claim, so
+            # that a seed gives the same trials run after run (a thread would see the running
+            # trial's reports as far as its timing let it).
+            self._quietly()
+            return
         self._thread = threading.Thread(target=self._quietly, name="sampler", daemon=True)
         self._thread.start()
 

@@ -1,0 +1,402 @@
+"""The default's design on LCBench's development suite, in simulation: candidates side by side.
+
+Every study runs in this process on YAHPO's LCBench surrogate (bench/efficiency/lcbench.py):
+hpsearch's default (TPE behind search/sampling/multifidelity.py, promotion ASHA min 1, eta 3,
+one worker) and candidate changes to it by `asha_study` (bench/efficiency/simulate.py, the rule
+of search/pruning/ on a simulated clock), and the cheap references: ``random`` (no pruning:
+the target is its mean final), ``optuna-tpe`` (no pruning), ``optuna-tpe-hyperband`` (min 1,
+eta 3) and ``sh-bracket`` (synchronous successive halving, no model: 243 random configurations
+for 1 epoch, the best third on to 3, 9, 27 and 50 epochs, bracket after bracket).
+
+    python -m bench.efficiency.design                      # the 24 development instances, 5 seeds
+    python -m bench.efficiency.design --strategies default,adaptive --seeds 3 --jobs 2
+    python -m bench.efficiency.design --metric val_cross_entropy --instances 3945,7593
+
+Only the development instances may be run (`DEV`): the other ten of LCBench are the test set.
+Studies are cached in `--cache` (JSON lines), keyed by a hash of the code that makes them (this
+file's study functions, simulate.py, lcbench.py, variants.py, search/pruning/adaptive.py,
+search/sampling/), the strategy's settings, instance, seed, budget and metric. The table:
+per instance, each strategy's speedup (budget / epochs until its mean incumbent reaches
+random's mean final; bench/efficiency/stats.py) and final mean; then the distribution over
+instances.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import multiprocessing as mp
+import os
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.efficiency.stats import Run, epochs_to, speedup
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEV = [
+    *("126026", "126029", "146212", "167152", "167168", "167181", "167185", "167190"),
+    *("167200", "167201", "168329", "168331", "168908", "189354", "189862", "189865"),
+    *("189873", "189905", "189906", "189908", "189909", "34539", "3945", "7593"),
+]
+"""LCBench's development instances (issue 27): every choice is made on these only."""
+
+REFERENCES = ("random", "optuna-tpe", "optuna-tpe-hyperband", "sh-bracket")
+PEERS = ("optuna-tpe", "optuna-tpe-hyperband", "sh-bracket")
+
+STRATEGIES: dict[str, dict[str, Any]] = {
+    "random": {"kind": "optuna", "sampler": "random", "pruner": "none"},
+    "optuna-tpe": {"kind": "optuna", "sampler": "tpe", "pruner": "none"},
+    "optuna-tpe-hyperband": {"kind": "optuna", "sampler": "tpe", "pruner": "hyperband"},
+    "sh-bracket": {"kind": "sh", "n": 243, "eta": 3, "levels": [1, 3, 9, 27, 50]},
+    # main's default (663c1df): univariate TPE across fidelities, min_points 5, ASHA min 1 eta 3.
+    "main-default": {"kind": "asha", "min_points": 5},
+    # Candidates: rungs retired when they rank trials unlike the next rung.
+    "adaptive-0.3": {"kind": "asha", "min_points": 5, "adapt": {"threshold": 0.3}},
+    "adaptive-0.5": {"kind": "asha", "min_points": 5, "adapt": {"threshold": 0.5}},
+    "adaptive-0.3-rf": {
+        "kind": "asha",
+        "min_points": 5,
+        "adapt": {"threshold": 0.3},
+        "random_fraction": 0.2,
+    },
+    "main-rf": {"kind": "asha", "min_points": 5, "random_fraction": 0.2},
+    # What search/ runs now (search.sampling.samplers.make_sampler and search.pruning.adaptive's
+    # defaults).
+    "default": {"kind": "asha", "real": True},
+}
+
+CODE = {
+    "optuna": ["bench/efficiency/simulate.py", "bench/efficiency/lcbench.py"],
+    "sh": ["bench/efficiency/lcbench.py"],
+    "asha": [
+        "bench/efficiency/simulate.py",
+        "bench/efficiency/lcbench.py",
+        "bench/efficiency/variants.py",
+        "search/pruning/adaptive.py",
+        "search/sampling/multifidelity.py",
+        "search/sampling/samplers.py",
+    ],
+}
+"""The files whose code makes a study of each kind (its cache key holds their hash)."""
+
+
+def code_version(kind: str, adaptive: bool = True) -> str:
+    """A hash of the code that makes a study of `kind`: its files and this module's study
+    functions (not the reporting, so a change to the table keeps the cache). `adaptive`:
+    whether search/pruning/adaptive.py decides anything in it (else it only reports)."""
+    import inspect
+
+    h = hashlib.sha256()
+    for fn in (random_config, sh_bracket, run_one):
+        h.update(inspect.getsource(fn).encode())
+    for rel in CODE[kind]:
+        if rel == "search/pruning/adaptive.py" and not adaptive:
+            continue
+        path = REPO / rel
+        h.update(rel.encode())
+        h.update(path.read_bytes() if path.exists() else b"")
+    return h.hexdigest()[:16]
+
+
+def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> str:
+    settings = json.dumps(STRATEGIES[name], sort_keys=True)
+    spec = STRATEGIES[name]
+    version = code_version(spec["kind"], bool(spec.get("adapt") or spec.get("real")))
+    return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
+
+
+_BENCHES: dict[tuple[str, str], Any] = {}
+
+
+def _bench(instance: str, metric: str, data: str | None) -> Any:
+    from bench.efficiency.lcbench import LCBench
+
+    key = (instance, metric)
+    if key not in _BENCHES:
+        _BENCHES.clear()  # one instance at a time per process: the surrogate's cache grows
+        _BENCHES[key] = LCBench(instance, data, metric=metric)
+    return _BENCHES[key]
+
+
+def random_config(rng: np.random.Generator) -> dict[str, Any]:
+    """A configuration drawn uniformly from LCBench's space (log-uniform where log)."""
+    from bench.efficiency.lcbench import SPACE
+
+    out: dict[str, Any] = {}
+    for name, p in SPACE.items():
+        lo, hi = p["low"], p["high"]
+        if p.get("log"):
+            x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+        else:
+            x = rng.uniform(lo, hi)
+        out[name] = min(hi, max(lo, round(x))) if p["type"] == "int" else float(x)
+    return out
+
+
+def sh_bracket(curve_of: Any, budget: int, seed: int, n: int, eta: int, levels: list[int]) -> Run:
+    """Synchronous successive halving, bracket after bracket, random configurations; epochs
+    counted as trained (a promoted configuration resumes), the budget cuts the last one."""
+    rng = np.random.default_rng(seed)
+    used, finished = 0, []
+    while used < budget:
+        alive = [(curve_of(random_config(rng)), 0) for _ in range(n)]
+        for i, level in enumerate(levels):
+            scored = []
+            for curve, done in alive:
+                train = min(level - done, budget - used)
+                used += train
+                if train < level - done:
+                    return Run(finished, used)
+                value = curve.accuracy[level - 1]
+                if level == levels[-1]:
+                    finished.append((used, value))
+                scored.append((value, curve))
+            if i + 1 < len(levels):
+                scored.sort(key=lambda x: -x[0])
+                alive = [(c, level) for _, c in scored[: max(1, len(scored) // eta)]]
+    return Run(finished, used)
+
+
+def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data: str | None) -> Run:
+    import optuna
+
+    from bench.efficiency.simulate import asha_study, optuna_study
+    from bench.efficiency.variants import RandomFraction, make_variant
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = STRATEGIES[name]
+    curve_of = _bench(instance, metric, data).curve
+    if spec["kind"] == "optuna":
+        return optuna_study(curve_of, spec["sampler"], spec["pruner"], budget, seed)
+    if spec["kind"] == "sh":
+        return sh_bracket(curve_of, budget, seed, spec["n"], spec["eta"], spec["levels"])
+    if spec.get("real"):
+        from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
+        from search.sampling.multifidelity import MIN_POINTS
+
+        sampler = make_variant(
+            {"tpe": {"multivariate": False, "constant_liar": True}, "min_points": MIN_POINTS},
+            seed,
+        )
+        adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
+        return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
+    sampler = make_variant(
+        {"tpe": {"multivariate": False, "constant_liar": True}, "min_points": spec["min_points"]},
+        seed,
+    )
+    if spec.get("random_fraction"):
+        sampler = RandomFraction(sampler, seed, spec["random_fraction"])
+    return asha_study(curve_of, sampler, budget, seed, adapt=spec.get("adapt"))
+
+
+def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
+    name, instance, seed, budget, metric, data, key = args
+    os.nice(10)
+    t0 = time.perf_counter()
+    run = run_one(name, instance, seed, budget, metric, data)
+    return key, {
+        "finished": run.finished,
+        "epochs": run.epochs,
+        "extra": run.extra,
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def _read(path: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    if os.path.exists(path):
+        for line in Path(path).read_text().splitlines():
+            d = json.loads(line)
+            out[d["key"]] = d
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    return "never" if not x else f"{x:.1f}x"
+
+
+def report(
+    results: dict[tuple[str, str, int], Run],
+    names: list[str],
+    instances: list[str],
+    seeds: int,
+    budget: int,
+) -> dict[str, Any]:
+    """Print the per-instance table and the distribution; return the summary."""
+    per: dict[str, dict[str, dict[str, Any]]] = {}
+    for inst in instances:
+        target = float(np.mean([results[("random", inst, s)].final for s in range(seeds)]))
+        per[inst] = {"target": target}  # type: ignore[dict-item]
+        for name in names:
+            runs = [results[(name, inst, s)] for s in range(seeds)]
+            per[inst][name] = {
+                "speedup": speedup(runs, budget, target),
+                "final": statistics.fmean(r.final for r in runs),
+                "reached": sum(math.isfinite(epochs_to(r, target)) for r in runs),
+                "worst": min(r.final for r in runs),
+            }
+    shown = [n for n in names if n != "random"]
+    print(f"\n{len(instances)} instances x {seeds} seeds, {budget} epochs, one worker\n")
+    print("| instance | target | " + " | ".join(shown) + " |")
+    print("| --- | --- |" + " --- |" * len(shown))
+    for inst in instances:
+        cells = [
+            f"{_fmt(per[inst][n]['speedup'])} {per[inst][n]['final']:.1f}"
+            f" ({per[inst][n]['reached']}/{seeds})"
+            for n in shown
+        ]
+        print(f"| {inst} | {per[inst]['target']:.1f} | " + " | ".join(cells) + " |")
+    summary: dict[str, Any] = {}
+    print("\n| strategy | median | p10 | min | reached | >= best peer | final >= tpe-0.5 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in shown:
+        sp = [per[i][name]["speedup"] or 0.0 for i in instances]
+        reached = sum(per[i][name]["reached"] for i in instances)
+        peers = [p for p in PEERS if p in names]
+        best_peer = [max([per[i][p]["speedup"] or 0.0 for p in peers] or [0.0]) for i in instances]
+        ge_peer = sum(s >= b for s, b in zip(sp, best_peer, strict=True))
+        ge_tpe = sum(
+            per[i][name]["final"] >= per[i]["optuna-tpe"]["final"] - 0.5
+            for i in instances
+            if "optuna-tpe" in names
+        )
+        below_random = sum(per[i][name]["final"] < per[i]["target"] for i in instances)
+        summary[name] = {
+            "median": statistics.median(sp),
+            "p10": float(np.quantile(sp, 0.1)),
+            "min": min(sp),
+            "reached": reached / (len(instances) * seeds),
+            "ge_best_peer": ge_peer,
+            "final_ge_tpe_minus_0.5": ge_tpe,
+            "final_below_random": below_random,
+            "median_ratio_to_best_peer": statistics.median(
+                s / b if b else math.inf for s, b in zip(sp, best_peer, strict=True)
+            ),
+        }
+        print(
+            f"| {name} | {statistics.median(sp):.1f}x | {np.quantile(sp, 0.1):.1f}x | "
+            f"{min(sp):.1f}x | {reached}/{len(instances) * seeds} | {ge_peer}/{len(instances)} | "
+            f"{ge_tpe}/{len(instances)} (below random: {below_random}) |"
+        )
+    return {"per_instance": per, "summary": summary}
+
+
+def _run(
+    todo: list[tuple[tuple[str, str, int], str]],
+    cached: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+) -> None:
+    """Run the studies not cached yet, appending each to the cache as it ends."""
+    jobs = [
+        (name, inst, seed, args.budget_epochs, args.metric, args.data, key)
+        for (name, inst, seed), key in todo
+        if key not in cached
+    ]
+    print(f"{len(todo) - len(jobs)} studies cached, {len(jobs)} to run", flush=True)
+    if not jobs:
+        return
+    t0 = time.perf_counter()
+    Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
+    with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open(args.cache, "a") as fh:
+        for i, (key, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=1)):
+            cached[key] = {"key": key, **row}
+            fh.write(json.dumps({"key": key, **row}) + "\n")
+            fh.flush()
+            if (i + 1) % 10 == 0:
+                print(f"  {i + 1}/{len(jobs)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", default=",".join(DEV))
+    parser.add_argument("--strategies", default="main-default,default," + ",".join(REFERENCES))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget-epochs", type=int, default=5000)
+    parser.add_argument(
+        "--metric",
+        default="val_accuracy",
+        choices=["val_accuracy", "val_balanced_accuracy", "val_cross_entropy"],
+    )
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--cache", default=str(REPO / "bench" / "results" / "design-cache.jsonl"))
+    parser.add_argument("--json", default=None, help="write the summary here")
+    parser.add_argument(
+        "--report-only", action="store_true", help="the table from the cache, nothing run"
+    )
+    args = parser.parse_args(argv)
+    instances = args.instances.split(",")
+    bad = [i for i in instances if i not in DEV]
+    if bad:
+        parser.error(f"not a development instance (the test set is not run): {','.join(bad)}")
+    names = args.strategies.split(",")
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        parser.error(f"unknown strategy {unknown[0]!r}: one of {', '.join(STRATEGIES)}")
+    if "random" not in names:
+        names.append("random")
+    cached = _read(args.cache)
+    keys = {
+        (name, inst, seed): cache_key(name, inst, seed, args.budget_epochs, args.metric)
+        for seed in range(args.seeds)
+        for inst in instances
+        for name in names
+    }
+    # main-default is derived from default where default never retired a rung: the two are
+    # then the same study, decision by decision (the schedule is the only difference).
+    derived = "main-default" in names and "default" in names
+    first = [k for k in keys if not (derived and k[0] == "main-default")]
+    t0 = time.perf_counter()
+    if not args.report_only:
+        _run([(k, keys[k]) for k in first], cached, args)
+    if derived:
+        rest = []
+        for (name, inst, seed), key in keys.items():
+            if name != "main-default" or key in cached:
+                continue
+            mine = cached.get(keys[("default", inst, seed)])
+            if mine is not None and mine["extra"].get("first_rung") == 1:
+                cached[key] = {**mine, "key": key, "derived": True}
+            else:
+                rest.append(((name, inst, seed), key))
+        if not args.report_only:
+            _run(rest, cached, args)
+    have = {k: key for k, key in keys.items() if key in cached}
+    if args.report_only:
+        # What is there: instances with every strategy and seed cached.
+        instances = [
+            i for i in instances if all((n, i, s) in have for n in names for s in range(args.seeds))
+        ]
+    results = {
+        k: Run([tuple(x) for x in cached[key]["finished"]], cached[key]["epochs"])  # type: ignore[misc]
+        for k, key in have.items()
+    }
+    if "default" in names:
+        retired = {
+            f"{i}/{s}": cached[have[("default", i, s)]]["extra"].get("first_rung")
+            for i in instances
+            for s in range(args.seeds)
+        }
+        moved = {k: v for k, v in retired.items() if v != 1}
+        print(f"default retired its first rung in {len(moved)} studies: {moved}")
+    if not instances:
+        print("no instance has every strategy and seed cached yet")
+        return 0
+    out = report(results, [n for n in names], instances, args.seeds, args.budget_epochs)
+    print(f"\n{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

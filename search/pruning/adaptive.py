@@ -1,0 +1,208 @@
+"""When early epochs mislead: the lowest rung ASHA may stop a trial at, measured as the study runs.
+
+Promotion ASHA ranks trials at rungs after 1, 3, 9, ... epochs and trains on only the top
+1/eta of each rung. On some tasks the ranking after a few epochs is not the ranking after
+many (a learning rate that starts slowly and ends best, dropout that pays off late): the
+rung then throws away the configurations that would have won, and the study ends below
+random search without pruning. Whether a rung misleads is measurable in the study itself
+(Hyper-Tune, Li et al. 2022, weighs its brackets by how well each fidelity ranks
+configurations as the highest one does; here consecutive rungs are compared): among the
+trials that reached both rung `k` and the next one, the rank correlation (Spearman's rho) of
+their values at the two rungs. When it is low once enough
+trials have reached both, rung `k` is *retired*: new trials train past it without pausing
+(their first pause is at the next rung), so the study spends more epochs per configuration
+where its early epochs do not tell configurations apart. Retiring is for good (a study's
+schedule only moves up), and it goes on rung by rung: if the next rung misleads too, it goes
+as well, up to the last rung, which has no rung above it to be judged against and stays.
+
+The correlation is measured among promoted trials only (the best third of the lower rung): a
+range-restricted sample, so its rho sits below the population's even where the ranking is
+sound. `THRESHOLD` and `MIN_PAIRS` were set on the development suite of LCBench
+(bench/efficiency/design.py, bench/BENCHMARKS.md "Design on the development suite").
+
+The same function decides in the simulation (bench/efficiency/simulate.py) and in the
+workers (`search.worker.pause.Promoter`, from the study's `trial_rungs` rows).
+
+Example::
+
+    >>> spearman([1, 2, 3, 4], [10, 20, 30, 40])
+    1.0
+    >>> spearman([1, 2, 3, 4], [40, 30, 20, 10])
+    -1.0
+    >>> rows = [(t, 1, v) for t, v in enumerate([5, 4, 3, 2, 1])]
+    >>> rows += [(t, 3, v) for t, v in enumerate([1, 2, 3, 4, 5])]   # reversed at rung 3
+    >>> first_active_level([1, 3, 9], rows, maximize=True, threshold=0.3, min_pairs=5)
+    3
+    >>> first_active_level([1, 3, 9], rows[:8], maximize=True, min_pairs=5)   # 3 pairs: kept
+    1
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "MIN_PAIRS",
+    "THRESHOLD",
+    "RungSchedule",
+    "first_active_level",
+    "rung_correlations",
+    "spearman",
+]
+
+THRESHOLD = 0.5
+"""A rung whose rank correlation with the next rung is below this is retired (0.5 and 0.3
+were measured on the development suite: 0.5 retired rungs on two instances more, and did
+better on both, bench/BENCHMARKS.md)."""
+
+MIN_PAIRS = 10
+"""Trials that must have reached both rungs before the correlation is trusted."""
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    """Ranks 1..n, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation of paired values (ties: average ranks); NaN when either side
+    is constant or fewer than two pairs."""
+    if len(x) != len(y):
+        raise ValueError("x and y must have the same length")
+    if len(x) < 2:
+        return math.nan
+    rx, ry = _ranks(x), _ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return math.nan
+    return sxy / math.sqrt(sxx * syy)
+
+
+def _by_level(
+    rows: Iterable[tuple[int, int, float]], maximize: bool
+) -> dict[int, dict[int, float]]:
+    out: dict[int, dict[int, float]] = {}
+    for trial, level, value in rows:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            score = -math.inf
+        else:
+            score = value if maximize else -value
+        out.setdefault(level, {})[trial] = score
+    return out
+
+
+def rung_correlations(
+    levels: Sequence[int],
+    rows: Iterable[tuple[int, int, float]],
+    *,
+    maximize: bool,
+    min_pairs: int = MIN_PAIRS,
+) -> list[tuple[int, int, float]]:
+    """For each rung level and the next, (level, pairs, rho): Spearman's rho of the values at
+    the two rungs of the first `min_pairs` trials (by trial id) that reached both, and how many
+    did (up to `min_pairs`). `rows`: (trial, level, value) of every trial at every rung it
+    reached; NaN values rank worst."""
+    at = _by_level(rows, maximize)
+    out = []
+    for low, high in itertools.pairwise(levels):
+        a, b = at.get(low, {}), at.get(high, {})
+        both = sorted(set(a) & set(b))[:min_pairs]
+        rho = spearman([a[t] for t in both], [b[t] for t in both])
+        out.append((low, len(both), rho))
+    return out
+
+
+def first_active_level(
+    levels: Sequence[int],
+    rows: Iterable[tuple[int, int, float]],
+    *,
+    maximize: bool,
+    threshold: float = THRESHOLD,
+    min_pairs: int = MIN_PAIRS,
+) -> int | None:
+    """The lowest rung level at which new trials pause: from the bottom up, each rung whose
+    values rank the first `min_pairs` trials that reached it and the next rung with a Spearman
+    correlation below `threshold` is retired (a NaN correlation, all values tied, is trusted).
+
+    `levels`: one bracket's rung levels, ascending, below the full training length; the last
+    rung has no rung above it to be judged against and is never retired. The decision for a
+    pair is taken once, on its first `min_pairs` trials, so it never goes back as the study
+    grows (a later trial with a lower id promoted late can change it, rarely)."""
+    if not levels:
+        return None
+    for low, pairs, rho in rung_correlations(levels, rows, maximize=maximize, min_pairs=min_pairs):
+        if pairs >= min_pairs and not math.isnan(rho) and rho < threshold:
+            continue  # retired: judge the next pair
+        return low
+    return levels[-1]
+
+
+class RungSchedule:
+    """One study's lowest active rung, as a worker keeps it: `first_level(rows)` from the
+    rung table's rows, until the decision is settled (the lowest kept rung was judged on
+    `min_pairs` trials, or it is the last rung); after that it reads nothing more.
+
+    Only single-bracket ASHA adapts (Hyperband's brackets already start higher)."""
+
+    def __init__(
+        self,
+        levels: Sequence[int],
+        *,
+        maximize: bool,
+        threshold: float = THRESHOLD,
+        min_pairs: int = MIN_PAIRS,
+    ) -> None:
+        self.levels = list(levels)
+        self.maximize, self.threshold, self.min_pairs = maximize, threshold, min_pairs
+        self.level: int | None = self.levels[0] if self.levels else None
+        self.settled = len(self.levels) <= 1
+
+    def update(self, rows: Iterable[tuple[int, int, float]]) -> int | None:
+        """The lowest active rung given every trial's (trial, level, value) at its rungs; it
+        only moves up. Sets `settled` once it cannot move any more."""
+        if self.settled:
+            return self.level
+        rows = list(rows)
+        level = first_active_level(
+            self.levels,
+            rows,
+            maximize=self.maximize,
+            threshold=self.threshold,
+            min_pairs=self.min_pairs,
+        )
+        order = {lvl: i for i, lvl in enumerate(self.levels)}
+        if self.level is not None and level is not None and order[level] > order[self.level]:
+            self.level = level
+        # Settled: the kept rung's pair was judged on min_pairs trials, or no pair is left.
+        assert self.level is not None
+        index = order[self.level]
+        if index == len(self.levels) - 1:
+            self.settled = True
+        else:
+            pairs = rung_correlations(
+                self.levels[index : index + 2],
+                rows,
+                maximize=self.maximize,
+                min_pairs=self.min_pairs,
+            )[0][1]
+            self.settled = pairs >= self.min_pairs
+        return self.level
+
+    def pauses_at(self, epoch: int) -> bool:
+        """Whether a trial pauses at rung level `epoch` under the current schedule."""
+        return self.level is not None and epoch >= self.level and epoch in self.levels

@@ -1,0 +1,54 @@
+"""bench/efficiency/design.py: the development suite's protocol pieces."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.efficiency.design import DEV, sh_bracket
+from bench.efficiency.lcbench import LCBench
+from tests.bench.test_efficiency import DATA, needs_data
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_suite_refuses_any_instance_outside_the_development_set(tmp_path: Path) -> None:
+    cache = tmp_path / "cache.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.efficiency.design", "--instances", "3945,1",
+         "--cache", str(cache)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "not a development instance" in proc.stderr and "Traceback" not in proc.stderr
+    assert not cache.exists()
+    assert len(DEV) == 24 and len(set(DEV)) == 24
+
+
+@needs_data
+def test_metrics_read_the_surrogates_column_cross_entropy_negated() -> None:
+    params = {
+        "batch_size": 64, "learning_rate": 1e-3, "max_dropout": 0.2, "max_units": 256,
+        "momentum": 0.9, "num_layers": 2, "weight_decay": 1e-3,
+    }  # fmt: skip
+    acc = LCBench("3945", DATA).curve(params).accuracy
+    bal = LCBench("3945", DATA, metric="val_balanced_accuracy").curve(params).accuracy
+    ce = LCBench("3945", DATA, metric="val_cross_entropy").curve(params).accuracy
+    assert all(1 < a <= 100 for a in acc) and all(0 < b <= 1 for b in bal)
+    assert all(c < 0 for c in ce) and ce[-1] > ce[0]  # the loss falls: its negation rises
+    with pytest.raises(ValueError, match="unknown LCBench metric"):
+        LCBench("3945", DATA, metric="val_loss")
+
+
+@needs_data
+def test_the_sh_bracket_finishes_its_first_three_trials_after_752_775_and_798_epochs() -> None:
+    bench = LCBench("3945", DATA)
+    run = sh_bracket(bench.curve, 800, 0, n=243, eta=3, levels=[1, 3, 9, 27, 50])
+    # 243 x 1 + 81 x 2 + 27 x 6 + 9 x 18 epochs, then the last three trained 23 more each.
+    assert [at for at, _ in run.finished] == [752, 775, 798]
+    assert run.epochs == 800
