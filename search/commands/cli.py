@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from search.commands import (
+    best,
     compare,
     dashboard,
     estimate,
@@ -29,6 +30,7 @@ from search.commands import (
     slurm,
     status,
     studies,
+    trials,
     try_,
     worker,
 )
@@ -45,6 +47,8 @@ COMMAND_MODULES = (
     worker,
     try_,
     status,
+    trials,
+    best,
     studies,
     dashboard,
     migrate,

@@ -56,6 +56,7 @@ from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS, derived_seed
 from search.study.studies import StudyRef
 from search.terminal import StatusLine
+from search.worker import leftovers
 from search.worker.artifacts import ArtifactStore, TrialCheckpoints
 from search.worker.cpu_share import share_cpu_threads
 from search.worker.pause import (
@@ -377,10 +378,17 @@ class Worker:
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:
             logger.info(
-                "study over (%s): trials %s end PRUNED with their last value",
+                "study over (%s): %d paused or queued trial(s) end PRUNED with their last value",
                 over,
-                ", ".join(map(str, ended)),
+                len(ended),
             )
+        if self.artifacts is not None and not self.keep_checkpoints:
+            try:
+                swept = leftovers.sweep(self.storage, self.artifacts, self.study)
+            except Exception:  # disk space, not correctness
+                logger.warning("could not delete the ended trials' checkpoints")
+            else:
+                logger.info("study over: %s", leftovers.describe(swept))
         if removed:
             logger.info(
                 "study over (%s): %d queued trials that never started are removed",
@@ -510,6 +518,14 @@ class Worker:
         if self._lost:
             return
         self._tracking.trial_ended(run, outcome, paused=self._stop_reason == "paused")
+        if outcome.user_attrs and (self._stop_reason == "paused" or outcome.status == "preempted"):
+            # It may end without this worker (a study's end ends paused trials): say who ran it.
+            attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
+            self._retry(
+                lambda: leftovers.record_provenance(self.storage, claim, attrs),
+                "record the trial's provenance",
+                attempts=5,
+            )
         if outcome.status == "pruned" and self._stop_reason == "paused":
             self._pause(claim, leftover)
             return
@@ -544,8 +560,8 @@ class Worker:
         )
         self.trials_run += 1
         if run.checkpoints is not None and not self.keep_checkpoints:
-            try:
-                run.checkpoints.discard()
+            try:  # deleted, unless it is the best trial's (`hpsearch best --weights`)
+                leftovers.after_finish(self.storage, run.checkpoints, self.study)
             except Exception:  # an old checkpoint costs disk space, not correctness
                 logger.warning("trial %d: could not delete its checkpoint", claim.number)
         shown = "" if end.value is None else f" {self.config.study.metric} {end.value:.4g}"
