@@ -91,7 +91,8 @@ def find_best(storage: Storage, study: StudyRef) -> TrialRow:
     row = best_row(rows, study.config.study.direction)
     if row is None:
         counts = ", ".join(
-            f"{n} {s.lower()}" for s in ("PAUSED", "RUNNING", "PRUNED", "FAIL", "WAITING")
+            f"{n} {s.lower()}"
+            for s in ("PAUSED", "RUNNING", "PRUNED", "FAIL", "WAITING")
             if (n := sum(r.state == s for r in rows))
         )
         raise ConfigError(

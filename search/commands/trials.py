@@ -152,4 +152,3 @@ def write_csv(rows: Sequence[TrialRow], out: IO[str], param_names: Sequence[str]
 
 def _iso(when: datetime.datetime | None) -> str | None:
     return None if when is None else when.replace(tzinfo=datetime.UTC).isoformat()
-

@@ -140,10 +140,7 @@ def read_trials(storage: Storage, study_id: int) -> list[TrialRow]:
         ):
             top, was_paused = rungs.get(trial_id, (-1, False))
             rungs[trial_id] = (max(top, level), was_paused or bool(paused))
-    return [
-        _row(row, params, values, reported, user, system, holders, rungs)
-        for row in rows
-    ]
+    return [_row(row, params, values, reported, user, system, holders, rungs) for row in rows]
 
 
 def _row(
