@@ -158,12 +158,18 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[-4].startswith("study 'readme' finished: 2/2 trials ("), done.stdout
     assert lines[-3].startswith("  best: trial ")
-    assert lines[-2] == (
-        f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints and reports: "
-        f"{tmp_path}/hpsearch.db.artifacts/"
-    ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints and reports: ")
-    assert lines[-1].startswith("next: hpsearch status --study readme (")
+    kept = "checkpoints: the best trial's final weights (hpsearch best --weights) and reports, in "
+    assert lines[-2] in (
+        f"results: sqlite:///{tmp_path}/hpsearch.db; {kept}{tmp_path}/hpsearch.db.artifacts/ "
+        "(the other ended trials' are deleted)",
+        f"results: sqlite:///hpsearch.db; {kept}hpsearch.db.artifacts/ "
+        "(the other ended trials' are deleted)",
+    ), lines[-2]
+    assert lines[-1].startswith("next: hpsearch trials --study readme (every trial) | ")
+    assert "hpsearch best --study readme (" in lines[-1]
     assert "hpsearch dashboard (" in lines[-1] and "hpsearch compare CONFIG" in lines[-1]
+    # Nothing left behind but the best trial's checkpoint.
+    assert len(list((tmp_path / "hpsearch.db.artifacts").iterdir())) == 1
     again = hpsearch("run", str(config), cwd=tmp_path)  # the study is done: nothing to do
     assert again.returncode == 0 and "best: trial" in again.stdout
     assert "study 'readme' was already finished: 2/2 trials" in again.stdout
