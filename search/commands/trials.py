@@ -98,7 +98,7 @@ def format_trials(study: StudyRef, rows: Sequence[TrialRow]) -> str:
         lines.append(
             f"{r.number:>5}  {r.state.lower():<8}  {format_value(r.value):>12}  "
             f"{'-' if r.epoch is None else r.epoch:>5}  {'-' if r.rung is None else r.rung:>4}  "
-            f"{worker}  {params}"
+            f"{worker}  {params}".rstrip()
         )
     return "\n".join(lines)
 

@@ -122,7 +122,7 @@ def read_trials(storage: Storage, study_id: int) -> list[TrialRow]:
         for trial_id, key, value in conn.execute(
             sa.select(sa_.c.trial_id, sa_.c.key, sa_.c.value_json).where(
                 sa_.c.trial_id.in_(in_study),
-                sa_.c.key.in_([POINTER_ATTR, "hpsearch:ended_by"]),
+                sa_.c.key.in_([POINTER_ATTR, "hpsearch:ended_by", "fixed_params"]),
             )
         ):
             system[trial_id][key] = json.loads(value)
@@ -172,7 +172,8 @@ def _row(
         value=None if value is None or math.isnan(value) else float(value),
         epoch=step,
         rung=None if rung is None or rung < 0 else rung,
-        params=params.get(trial_id, {}),
+        # A trial enqueued with fixed params has them in its attributes until it is claimed.
+        params=params.get(trial_id) or dict(system.get(trial_id, {}).get("fixed_params") or {}),
         worker=worker,
         hostname=attrs.get("hostname"),
         epochs_trained=attrs.get("epochs_trained"),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from search.db.storage import mask_url
+from search.study.enqueue import EnqueueError, parse_enqueue
 from search.study.limits import storage_problem
 from search.study.space import (
     CategoricalParam,
@@ -220,6 +221,8 @@ class StudyConfig:
     space: tuple[Param, ...]
     grid: GridSettings
     tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    enqueue: tuple[dict[str, Any], ...] = ()
+    """`[[study.enqueue]]`: configurations run first, exactly once (`search.study.enqueue`)."""
 
     def param(self, name: str) -> Param:
         for p in self.space:
@@ -259,6 +262,7 @@ class StudyConfig:
             },
             # Only when set: the stored config of a study without trackers is as it was.
             **({"tracking": self.tracking.to_dict()} if self.tracking else {}),
+            **({"enqueue": [dict(e) for e in self.enqueue]} if self.enqueue else {}),
         }
 
     @classmethod
@@ -276,6 +280,7 @@ class StudyConfig:
             space=tuple(param_from_dict(n, s) for n, s in data["space"].items()),
             grid=GridSettings(points=points, values={k: tuple(v) for k, v in grid.items()}),
             tracking=TrackingSettings.from_dict(data.get("tracking", {})),
+            enqueue=tuple(data.get("enqueue", ())),
         )
 
     def difference(self, other: StudyConfig) -> str | None:
@@ -318,6 +323,10 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
     space = _space(data.get("space", {}))
     grid = _grid(data.get("grid", {}), space)
     tracking = _tracking(_Section("tracking", data.get("tracking")))
+    try:
+        enqueue = parse_enqueue(data["study"].get("enqueue"), space)
+    except EnqueueError as exc:
+        raise ConfigError(str(exc)) from None
     config = StudyConfig(
         study=study,
         pruner=pruner,
@@ -326,6 +335,7 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
         space=space,
         grid=grid,
         tracking=tracking,
+        enqueue=enqueue,
     )
     if study.sampler == "grid" and (not space or config.grid_size() < 2):
         raise ConfigError(
@@ -461,6 +471,7 @@ def _study(s: _Section) -> StudySettings:
         "sampler",
         "seed",
         "max_attempts",
+        "enqueue",
     )
     name = s.get("name", str)
     if not name.strip():
