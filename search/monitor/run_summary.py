@@ -3,8 +3,8 @@ what to run next.
 
     study 'digits' finished: 20 trials (13 complete, 6 pruned, 1 failed)
       best: trial 7  val_accuracy 0.9778  params {"lr": 0.0031, ...}
-    results: sqlite:///hpsearch.db; checkpoints: the best trial's final weights, in
-      hpsearch.db.artifacts/ (the other ended trials' are deleted)
+    results: sqlite:///hpsearch.db; checkpoints: the best trial's final weights (...), those of
+      trials paused when the study ended (...), in hpsearch.db.artifacts/; the others deleted
     next: hpsearch trials --study digits (every trial) | hpsearch best --study digits (params to
           reuse, --weights) | hpsearch dashboard (charts) | hpsearch compare ...
 
@@ -53,8 +53,10 @@ def run_summary(
     if status.done or already:
         head = f"{status.finished_text.replace('finished', 'trials')} ({counts})"
         kept = (
-            "the best trial's final weights (hpsearch best --weights) and reports, in "
-            f"{artifacts_place(storage, artifacts)} (the other ended trials' are deleted)"
+            "the best trial's final weights (hpsearch best --weights), those of trials paused "
+            "at a rung when the study ended (a raised budget promotes them) and reports, in "
+            f"{artifacts_place(storage, artifacts)}; the other ended trials' are deleted "
+            "(hpsearch delete removes the rest with the study)"
         )
     else:  # stopped early: what exists, not only what finished
         unfinished = ", ".join(

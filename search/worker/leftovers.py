@@ -1,5 +1,7 @@
-"""Nothing left behind: the checkpoints of trials that can no longer run are deleted, the best
-complete trial's is kept (its final weights: `hpsearch best --weights`).
+"""Nothing left behind: the checkpoints of trials that can no longer run are deleted; kept are
+the best complete trial's (its final weights: `hpsearch best --weights`) and those of the trials
+the study's end found paused at a rung (a raised budget promotes them again: `search.db.reopen`;
+`hpsearch delete` removes them with the study).
 
 A finished trial's checkpoint is deleted when it ends unless it is the best complete trial
 then; each time a trial finishes, and when the study ends (the trials still paused at a rung
@@ -23,10 +25,11 @@ import sqlalchemy as sa
 
 from search.db.checkpoint_pointers import POINTER_ATTR, drop_pointer
 from search.db.leases import Claim, fence
+from search.db.reopen import ENDED_BY_ATTR
 from search.db.statements import upsert_attributes
 from search.db.status import best_trial
 from search.db.storage import Storage
-from search.db.tables import trial_system_attributes, trial_user_attributes, trials
+from search.db.tables import trial_rungs, trial_system_attributes, trial_user_attributes, trials
 from search.study.studies import StudyRef
 
 __all__ = ["Sweep", "after_finish", "describe", "record_provenance", "sweep"]
@@ -40,6 +43,8 @@ class Sweep:
 
     deleted: list[int] = field(default_factory=list)
     kept_best: int | None = None
+    kept_paused: int = 0
+    """Trials the study's end found paused at a rung, whose checkpoints stay for more budget."""
 
 
 def after_finish(storage: Storage, checkpoints: Any, study: StudyRef) -> Sweep:
@@ -53,11 +58,16 @@ def after_finish(storage: Storage, checkpoints: Any, study: StudyRef) -> Sweep:
 
 def sweep(storage: Storage, store: Any, study: StudyRef) -> Sweep:
     """Delete the checkpoints of every finished trial of the study but the best complete one."""
-    t, a = trials, trial_system_attributes
+    t, a, r = trials, trial_system_attributes, trial_rungs
+    paused_at_end = (
+        sa.select(a.c.trial_id)
+        .where(a.c.key == ENDED_BY_ATTR, a.c.value_json.in_(['"budget"', '"n_trials"']))
+        .where(sa.exists().where(r.c.trial_id == a.c.trial_id))
+    )
     with storage.autocommit() as conn:
         # First the listing, then the best (see the module's docstring).
         listed = conn.execute(
-            sa.select(t.c.trial_id, t.c.number)
+            sa.select(t.c.trial_id, t.c.number, t.c.trial_id.in_(paused_at_end).label("paused"))
             .join(a, a.c.trial_id == t.c.trial_id)
             .where(
                 t.c.study_id == study.study_id,
@@ -67,7 +77,9 @@ def sweep(storage: Storage, store: Any, study: StudyRef) -> Sweep:
         ).all()
     best = best_trial(storage, study.study_id, study.config.study.direction)
     done = Sweep(kept_best=None if best is None else best[0])
-    for trial_id, number in listed:
+    done.kept_paused = sum(bool(row.paused) for row in listed)
+    listed = [row for row in listed if not row.paused]
+    for trial_id, number, _ in listed:
         if best is not None and number == best[0]:
             continue
         drop_pointer(storage, trial_id)
@@ -77,7 +89,7 @@ def sweep(storage: Storage, store: Any, study: StudyRef) -> Sweep:
                 remove_prefix(f"{study.uid}-{number}-")
                 remove_prefix(f"ckpt-{study.uid}-{number}-")
         done.deleted.append(number)
-    if done.kept_best is not None and not any(number == done.kept_best for _, number in listed):
+    if done.kept_best is not None and not any(row.number == done.kept_best for row in listed):
         done.kept_best = None  # the best trial's checkpoint was not kept (an older study)
     return done
 
@@ -92,11 +104,12 @@ def record_provenance(storage: Storage, claim: Claim, attrs: dict[str, Any]) -> 
 
 
 def describe(done: Sweep) -> str:
-    """What a sweep did, in a line for the log and the run's summary."""
-    deleted = f"checkpoints of {len(done.deleted)} ended trial(s) deleted"
-    if done.kept_best is None:
-        return deleted
-    return (
-        f"{deleted}; the best trial's ({done.kept_best}) kept for `hpsearch best --weights` "
-        "(`hpsearch delete` removes it with the study)"
-    )
+    """What a sweep did, in a line for the log."""
+    said = [f"checkpoints of {len(done.deleted)} ended trial(s) deleted"]
+    if done.kept_best is not None:
+        said.append(f"the best trial's ({done.kept_best}) kept for `hpsearch best --weights`")
+    if done.kept_paused:
+        said.append(
+            f"{done.kept_paused} paused trial(s)' kept: a raised budget promotes them again"
+        )
+    return "; ".join(said) + " (`hpsearch delete` removes them with the study)"
