@@ -58,6 +58,7 @@ class Finished:
     config: Path
     cwd: Path
     run_stdout: str
+    run_stderr: str
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -73,7 +74,7 @@ def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     config.write_text(ASHA.format(name=name, direction="maximize"))
     done = hpsearch("run", str(config), "--workers", "2", "--storage", url, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
-    return Finished(url, name, config, cwd, done.stdout)
+    return Finished(url, name, config, cwd, done.stdout, done.stderr)
 
 
 def _cli(f: Finished, *args: str) -> tuple[int, str, str]:
@@ -147,8 +148,14 @@ def test_best_weights_are_the_best_trials_final_model(finished: Finished) -> Non
         assert task.metric_fn(task.model(x), y) == pytest.approx(best.value)
 
 
-def test_a_finished_study_keeps_only_the_best_trials_checkpoint(finished: Finished) -> None:
+def test_a_finished_study_keeps_the_best_and_the_paused_trials_checkpoints(
+    finished: Finished,
+) -> None:
+    """The best trial's final weights stay (`best --weights`), and those of the trials the
+    budget's end found paused at a rung (more budget promotes them); every other trial's is
+    gone, from the artifact store as from the trials' attributes."""
     best = _best(finished)
+    trials = _trials(finished)
     storage = open_storage(finished.url)
     try:
         study = find_study(storage, finished.name)
@@ -165,7 +172,18 @@ def test_a_finished_study_keeps_only_the_best_trials_checkpoint(finished: Finish
             names = [p.name for p in (finished.cwd / "hpsearch.db.artifacts").iterdir()]
     finally:
         storage.close()
-    assert len(names) == 1 and names[0].startswith(f"{study.uid}-{best.number}-"), names
+    numbers = sorted(int(name.split("-")[1]) for name in names)
+    assert len(numbers) == len(set(numbers)), names  # one checkpoint per trial
+    pointed = sorted(t.number for t in trials if "hpsearch:checkpoint" in t.system_attrs)
+    assert numbers == pointed
+    assert best.number in numbers
+    for n in set(numbers) - {best.number}:
+        assert trials[n].state.name == "PRUNED", n
+        assert trials[n].system_attrs["hpsearch:ended_by"] == "budget", n
+    paused = len(numbers) - 1
+    assert f"{paused} paused trial(s)' kept: a raised budget promotes them again" in (
+        finished.run_stderr
+    )
     assert "checkpoints: the best trial's final weights" in finished.run_stdout
     assert f"hpsearch trials --study {finished.name}" in finished.run_stdout
 
