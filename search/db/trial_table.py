@@ -33,7 +33,7 @@ from search.db.tables import (
     trials,
 )
 
-__all__ = ["STATES", "TrialRow", "best_row", "read_trials"]
+__all__ = ["STATES", "TrialRow", "best_row", "leading_paused", "read_trials"]
 
 STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING", "PAUSED")
 """A trial's state as hpsearch shows it: Optuna's, with PAUSED for a trial waiting at a rung
@@ -193,3 +193,21 @@ def best_row(rows: Sequence[TrialRow], direction: str) -> TrialRow | None:
         return None
     sign = -1.0 if direction == "maximize" else 1.0
     return min(done, key=lambda r: (sign * r.value, r.number))  # type: ignore[operator]
+
+
+def leading_paused(
+    storage: Storage, study_id: int, direction: str
+) -> tuple[int, float, int] | None:
+    """(number, value, rung) of the paused trial with the best value at the highest rung any
+    paused trial reached: under ASHA the one leading the search before any trial finishes."""
+    r = trial_rungs
+    best_first = r.c.value.desc() if direction == "maximize" else r.c.value.asc()
+    with storage.autocommit() as conn:
+        row = conn.execute(
+            sa.select(trials.c.number, r.c.value, r.c.level)
+            .join(trials, trials.c.trial_id == r.c.trial_id)
+            .where(r.c.study_id == study_id, r.c.paused.is_(True), r.c.value.is_not(None))
+            .order_by(r.c.level.desc(), best_first, trials.c.number)
+            .limit(1)
+        ).first()
+    return None if row is None else (int(row.number), float(row.value), int(row.level))

@@ -64,8 +64,10 @@ def run_summary(
             for k in ("running", "paused", "waiting")
             if getattr(status, k)
         )
-        total = status.finished + status.running + status.paused + status.waiting
-        head = f"{total} trials ({counts}{', ' if unfinished else ''}{unfinished})"
+        # `waiting` is queued trials (sampled ahead, or handed back with their checkpoint).
+        unfinished = unfinished.replace("waiting", "queued")
+        total = status.finished + status.running + status.paused
+        head = f"{total} trials started ({counts}{', ' if unfinished else ''}{unfinished})"
         kept = (
             f"{artifacts_place(storage, artifacts)} (the unfinished trials' checkpoints are "
             "kept: the same command continues the study where it stopped)"
