@@ -31,7 +31,7 @@ class Spent:
 
     epochs: int
     trials: int
-    """Trials started (every trial that is not merely queued)."""
+    """Trials the study has (queued ones included: they run unless it ends first)."""
     first_start: datetime.datetime | None
 
 
@@ -39,10 +39,7 @@ def spent(storage: Storage, study_id: int) -> Spent:
     t = trials
     with storage.read() as conn:
         started = conn.execute(
-            sa.select(sa.func.count()).where(
-                t.c.study_id == study_id,
-                sa.or_(t.c.state != "WAITING", t.c.datetime_start.is_not(None)),
-            )
+            sa.select(sa.func.count()).where(t.c.study_id == study_id)
         ).scalar_one()
         return Spent(epochs_used(None, study_id, conn), started, first_start(None, study_id, conn))
 

@@ -60,7 +60,7 @@ def extend_study(storage: Storage, study: Any, config: StudyConfig) -> Any | Non
         if key == "n_trials" and new < used.trials:
             raise ConfigError(
                 f"study {study.name!r}: study.n_trials {old} -> {new} is below the "
-                f"{used.trials} trials already started"
+                f"{used.trials} trials the study already has"
             )
         if key == "budget_hours" and used.first_start is not None:
             now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)

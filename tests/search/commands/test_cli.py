@@ -255,10 +255,21 @@ def test_unknown_study_and_changed_config_are_bad_input(
     ]
     same = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert same.returncode == 0 and "already exists, same config" in same.stdout
-    config.write_text(config.read_text().replace("n_trials = 3", "n_trials = 4"))
+    config.write_text(config.read_text().replace("seed = 1", "seed = 2"))
     changed = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert changed.returncode == 2
-    assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
+    assert "already exists with a different config (study.seed: 1 -> 2)" in changed.stderr
+    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
+    # Fewer trials than the study has is refused too (more would continue the study).
+    config.write_text(
+        config.read_text().replace("seed = 2", "seed = 1").replace("n_trials = 3", "n_trials = 2")
+    )
+    fewer = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
+    assert fewer.returncode == 2
+    assert fewer.stderr.strip().splitlines() == [
+        f"hpsearch: error: study {study_name!r}: study.n_trials 3 -> 2 is below the 3 trials "
+        "the study already has"
+    ]
     assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
 
     # `--gpus all` where no GPU is visible: bad input, not a silent CPU worker.
