@@ -5,6 +5,7 @@ the trials so far stay (the sampler's history); lowering below what was spent is
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import optuna
@@ -94,6 +95,21 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
     assert hours.returncode == 2 and "has no study.budget_hours to raise" in hours.stderr
     more = hpsearch("extend", "--study", study_name, "--budget-epochs", "30", *flags, cwd=tmp_path)
     assert more.returncode == 0, more.stderr
+    # The reopened trials are paused again: status names the one leading (highest rung, then
+    # best value there), beside the best finished one.
+    listed = hpsearch(
+        "trials", "--study", study_name, "--state", "paused", "--json", *flags, cwd=tmp_path
+    )
+    paused = json.loads(listed.stdout)
+    assert {p["number"] for p in paused} == again - {
+        t.number for t in after if t.state.name == "COMPLETE"
+    }
+    status = hpsearch("status", "--study", study_name, "--json", *flags, cwd=tmp_path)
+    leading = json.loads(status.stdout)["leading_paused"]
+    top = max(paused, key=lambda p: (p["rung"], p["value"], -p["number"]))
+    assert (leading["number"], leading["rung"]) == (top["number"], top["rung"])
+    shown = hpsearch("status", "--study", study_name, *flags, cwd=tmp_path).stdout
+    assert f"leading paused: trial {top['number']}  val_accuracy " in shown
     config.write_text(text)  # budget_epochs = 30: now the study's own config
     third = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
