@@ -8,10 +8,15 @@ nothing is printed there: a worker's log has its own lines).
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, TextIO
 
-__all__ = ["StatusLine", "format_value"]
+__all__ = ["OncePerProcess", "StatusLine", "TerminalLogHandler", "format_value"]
+
+
+_drawn: StatusLine | None = None
+"""The status line this process has on the terminal now (`TerminalLogHandler` redraws it)."""
 
 
 class StatusLine:
@@ -25,8 +30,10 @@ class StatusLine:
 
     def show(self, text: str) -> None:
         """Draw `text` (on a terminal, in place of the line drawn before)."""
+        global _drawn
         if self.tty:
             self.out.write(f"\r\033[K{text}")
+            _drawn = self
         elif self.plain and text != self._last:
             self.out.write(text + "\n")
         else:
@@ -36,15 +43,21 @@ class StatusLine:
 
     def clear(self) -> None:
         """Erase the line (on a terminal), so that a log line can be written in its place."""
+        global _drawn
         if self.tty:
             self.out.write("\r\033[K")
             self.out.flush()
+            if _drawn is self:
+                _drawn = None
 
     def keep(self) -> None:
         """Leave the line drawn last on the screen and go on below it."""
+        global _drawn
         if self.tty and self._last is not None:
             self.out.write("\n")
             self.out.flush()
+        if _drawn is self:
+            _drawn = None
 
 
 def format_value(value: Any) -> str:
@@ -52,3 +65,45 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return "-" if value is None else str(value)
+
+
+class TerminalLogHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Log lines that never run into a status line: on a terminal each record first erases
+    the line the cursor is on (this process's status line, or another process's on the same
+    terminal), and this process's status line is drawn again below it."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tty = getattr(self, "_tty", None)
+        if tty is None:
+            tty = self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        if not tty:
+            super().emit(record)
+            return
+        try:
+            self.stream.write("\r\033[K")
+            super().emit(record)
+            line = _drawn
+            if line is not None and line.out is self.stream and line._last is not None:
+                self.stream.write(f"\r\033[K{line._last}")
+                self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class OncePerProcess(logging.Filter):
+    """Lets a message that starts with one of `prefixes` through once per process and text:
+    the precision line a worker's every trial logs says the same thing each time."""
+
+    def __init__(self, *prefixes: str) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.prefixes):
+            return True
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True

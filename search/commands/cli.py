@@ -20,15 +20,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from search.commands import (
+    best,
     compare,
     dashboard,
+    enqueue,
     estimate,
     export,
+    extend,
     migrate,
     run,
     slurm,
     status,
     studies,
+    trials,
     try_,
     worker,
 )
@@ -37,6 +41,7 @@ from search.db.roles import refused_write
 from search.db.storage import StorageError
 from search.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, RuntimeFailure
 from search.study.config import ConfigError
+from search.terminal import OncePerProcess, TerminalLogHandler
 
 __all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "installed_version", "main"]
 
@@ -45,6 +50,10 @@ COMMAND_MODULES = (
     worker,
     try_,
     status,
+    trials,
+    best,
+    enqueue,
+    extend,
     studies,
     dashboard,
     migrate,
@@ -150,11 +159,14 @@ def entry_point() -> None:
 
 
 def _setup_logging(verbose: bool) -> None:
+    # On a terminal a log line first erases the live status line, which is drawn again below.
+    handler = TerminalLogHandler(sys.stderr)
+    handler.addFilter(OncePerProcess("precision "))  # said by every trial: once per worker
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(message)s",
         datefmt="%H:%M:%S",
-        stream=sys.stderr,
+        handlers=[handler],
     )
     logging.getLogger("optuna").setLevel(logging.WARNING)
     for noisy in ("alembic", "sqlalchemy", "accelerate"):

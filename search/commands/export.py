@@ -1,4 +1,5 @@
-"""`hpsearch export --study NAME --to mlflow|wandb`: write a study's trials into a tracker.
+"""`hpsearch export --study NAME --to mlflow|wandb`: write a study's trials into a tracker;
+`--to csv FILE`: one CSV row per trial, for a notebook (`search.commands.trials.write_csv`).
 
 The tracker's settings are the study's own `[tracking]` (stored with the study), or flags;
 flags win. Credentials come only from the tracker's environment (MLFLOW_TRACKING_TOKEN,
@@ -8,7 +9,10 @@ MLFLOW_TRACKING_USERNAME/PASSWORD, WANDB_API_KEY, ~/.netrc).
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from search.commands.common import add_storage_flags, storage_url
@@ -25,13 +29,17 @@ def add_parser(sub: Any) -> None:
     """The `export` subcommand, on the CLI's subparsers."""
     export = sub.add_parser(
         "export",
-        help="write a study's trials into MLflow or W&B (idempotent)",
+        help="write a study's trials into MLflow or W&B (idempotent), or a CSV file",
         description="Write every started trial of a study into an experiment tracker, one run "
         "per trial (params, the metric at every epoch, state, provenance), in the same runs "
-        "the workers write to. Exporting again adds nothing.",
+        "the workers write to. Exporting again adds nothing. --to csv FILE: one row per trial "
+        "(number, state, value, epochs, rung, worker, times, params_<name>), for pandas.",
     )
     export.add_argument("--study", required=True, help="study name")
-    export.add_argument("--to", required=True, choices=("mlflow", "wandb"), help="the tracker")
+    export.add_argument(
+        "--to", required=True, choices=("mlflow", "wandb", "csv"), help="the tracker, or csv"
+    )
+    export.add_argument("file", nargs="?", metavar="FILE", help="with --to csv: the CSV file")
     add_storage_flags(export)
     export.add_argument("--uri", help="MLflow tracking URI (default: the study's [tracking])")
     export.add_argument("--experiment", help="MLflow experiment (default: the study's)")
@@ -45,6 +53,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from search.tracking.export import export_study
     from search.tracking.trackers import open_trackers
 
+    if args.to == "csv":
+        return _export_csv(args)
+    if args.file is not None:
+        raise ConfigError(f"{args.file}: a FILE is for --to csv, not --to {args.to}")
     flags = {
         "mlflow": {"uri": args.uri, "experiment": args.experiment},
         "wandb": {"project": args.project, "entity": args.entity, "mode": args.mode},
@@ -74,4 +86,37 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"study {study.name!r}: {counts.finished} finished and {counts.running} running "
         f"trial(s) in {tracker.name} {tracker.where}"
     )
+    return EXIT_OK
+
+
+def _export_csv(args: argparse.Namespace) -> int:
+    from search.commands.trials import write_csv
+    from search.db.trial_table import read_trials
+
+    given = [
+        f"--{k}" for k in ("uri", "experiment", "project", "entity", "mode") if getattr(args, k)
+    ]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: for --to mlflow or wandb, not --to csv")
+    if not args.file:
+        raise ConfigError("--to csv: give the CSV file to write, e.g. --to csv trials.csv")
+    target = Path(args.file)
+    if target.is_dir() or not target.parent.is_dir():
+        raise ConfigError(f"{args.file}: not a file in an existing directory")
+    storage = open_storage(storage_url(args))
+    try:
+        check_schema(storage)
+        study = open_study(storage, args.study)
+        rows = read_trials(storage, study.study_id)
+    finally:
+        storage.close()
+    names = [p.name for p in study.config.space]
+    names += sorted({k for r in rows for k in r.params} - set(names))
+    # Written beside the target and renamed into place: a reader never sees half a table.
+    with tempfile.NamedTemporaryFile(
+        "w", dir=target.parent, prefix=f".{target.name}.", newline="", delete=False
+    ) as out:
+        write_csv(rows, out, names)
+    os.replace(out.name, target)
+    print(f"study {study.name!r}: {len(rows)} trial(s) written to {target}")
     return EXIT_OK

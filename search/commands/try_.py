@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from search.commands.common import DEVICE_HELP
+from search.commands.common import DEVICE_HELP, add_storage_flags
 from search.study.config import ConfigError, load_config, params_from_overrides
 from search.terminal import format_value
 from trainer import DirectoryCheckpointStore, TaskImportError, resolve_task
@@ -45,6 +45,14 @@ def add_parser(sub: Any) -> None:
         metavar="NAME=VALUE",
         help="a hyperparameter from the config's [space] (repeatable)",
     )
+    again = try_.add_mutually_exclusive_group()
+    again.add_argument(
+        "--trial",
+        metavar="STUDY:N",
+        help="the params of trial N of a study (then --set on top), e.g. --trial digits:12",
+    )
+    again.add_argument("--best", metavar="STUDY", help="the params of a study's best trial")
+    add_storage_flags(try_)
     try_.add_argument("--epochs", type=int, help="epochs to train (default: task.epochs)")
     try_.add_argument("--device", help=DEVICE_HELP)
     try_.add_argument("--seed", type=int, help="training seed (default: study.seed)")
@@ -57,6 +65,11 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_try(args: argparse.Namespace) -> int:
+    if args.trial or args.best:
+        from search.commands.again import study_trial_overrides
+
+        # A study's trial again: its params as --set flags, the user's own --set on top.
+        args.overrides = [*study_trial_overrides(args), *args.overrides]
     return try_config(
         args.config,
         args.overrides,

@@ -3,9 +3,12 @@ what to run next.
 
     study 'digits' finished: 20 trials (13 complete, 6 pruned, 1 failed)
       best: trial 7  val_accuracy 0.9778  params {"lr": 0.0031, ...}
-    results: sqlite:///hpsearch.db; checkpoints kept with --keep-checkpoints: hpsearch.db.artifacts/
-    next: hpsearch status --study digits (trials and params) | hpsearch dashboard (charts) |
-          hpsearch compare CONFIG --samplers random,tpe ... (strategies side by side)
+    results: sqlite:///hpsearch.db; checkpoints: the best trial's final weights (...), those of
+      trials paused when the study ended (...), in hpsearch.db.artifacts/; the others deleted
+    next: hpsearch trials --study digits (every trial) | hpsearch best --study digits (params to
+          reuse, --weights) | hpsearch dashboard (charts) | hpsearch compare ...
+
+Stopped (Ctrl-C), it counts what exists and says that the same command continues the study.
 """
 
 from __future__ import annotations
@@ -47,15 +50,39 @@ def run_summary(
     state = "was already finished" if already else "finished" if status.done else "stopped"
     storage_flag = "" if default_storage else " --storage URL"
     study = shlex.quote(name)
+    if status.done or already:
+        head = f"{status.finished_text.replace('finished', 'trials')} ({counts})"
+        kept = (
+            "the best trial's final weights (hpsearch best --weights), those of trials paused "
+            "at a rung when the study ended (a raised budget promotes them) and reports, in "
+            f"{artifacts_place(storage, artifacts)}; the other ended trials' are deleted "
+            "(hpsearch delete removes the rest with the study)"
+        )
+    else:  # stopped early: what exists, not only what finished
+        unfinished = ", ".join(
+            f"{getattr(status, k)} {k}"
+            for k in ("running", "paused", "waiting")
+            if getattr(status, k)
+        )
+        # `waiting` is queued trials (sampled ahead, or handed back with their checkpoint).
+        unfinished = unfinished.replace("waiting", "queued")
+        total = status.finished + status.running + status.paused
+        head = f"{total} trials started ({counts}{', ' if unfinished else ''}{unfinished})"
+        kept = (
+            f"{artifacts_place(storage, artifacts)} (the unfinished trials' checkpoints are "
+            "kept: the same command continues the study where it stopped)"
+        )
     lines = [
-        f"study {name!r} {state}: {status.finished_text.replace('finished', 'trials')} ({counts})",
+        f"study {name!r} {state}: {head}",
         format_best(status),
-        f"results: {storage.safe_url}; checkpoints and reports: "
-        f"{artifacts_place(storage, artifacts)}",
-        f"next: hpsearch status --study {study}{storage_flag} (every trial's state and params) | "
-        f"hpsearch dashboard{storage_flag} (charts in a browser) | hpsearch compare CONFIG "
-        "--samplers random,tpe --budget N --repeats K --out DIR (strategies side by side)",
+        f"results: {storage.safe_url}; checkpoints: {kept}",
+        f"next: hpsearch trials --study {study}{storage_flag} (every trial) | hpsearch best "
+        f"--study {study}{storage_flag} (params to reuse, --weights) | hpsearch dashboard"
+        f"{storage_flag} (charts in a browser) | hpsearch compare CONFIG --samplers random,tpe "
+        "--budget N --repeats K --out DIR (strategies side by side)",
     ]
+    if not (status.done or already):
+        lines.insert(1, "  continue: run the same command again (or hpsearch worker --study NAME)")
     if already:
         lines.append(
             f"nothing was run: to search again, give the config a new study name (or remove "

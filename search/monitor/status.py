@@ -13,15 +13,18 @@ from optuna.distributions import json_to_distribution
 
 from search.db.status import read_status
 from search.db.storage import Storage
+from search.db.trial_table import leading_paused
 from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
 
 __all__ = [
     "BestTrial",
+    "PausedTrial",
     "RunningTrial",
     "StudyStatus",
     "format_best",
     "format_budget",
+    "format_leading_paused",
     "format_status",
     "study_status",
 ]
@@ -34,6 +37,15 @@ class BestTrial:
     number: int
     value: float
     params: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PausedTrial:
+    """The paused trial leading the search (ASHA): the best value at the highest rung."""
+
+    number: int
+    value: float
+    rung: int
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,9 @@ class StudyStatus:
     best: BestTrial | None
     live_workers: int
     running_trials: list[RunningTrial]
+    leading_paused: PausedTrial | None = None
+    """Under ASHA, the paused trial with the best value at the highest rung: the search's
+    leader before (and beside) any finished trial; None without paused trials."""
 
     @property
     def finished(self) -> int:
@@ -130,6 +145,7 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
         paused=rows.paused,
         budget=budget_spent(s, rows.epochs_used, rows.first_start),
         best=None if best is None else BestTrial(best.number, float(best.value), params),
+        leading_paused=_leading_paused(storage, study) if rows.paused else None,
         live_workers=live,
         running_trials=[
             RunningTrial(
@@ -144,6 +160,23 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
             )
             for r in running
         ],
+    )
+
+
+def _leading_paused(storage: Storage, study: StudyRef) -> PausedTrial | None:
+    found = leading_paused(storage, study.study_id, study.config.study.direction)
+    return None if found is None else PausedTrial(*found)
+
+
+def format_leading_paused(status: StudyStatus) -> str | None:
+    """'  leading paused: trial 7  val_accuracy 0.986 at rung 9 (waits for promotion)'."""
+    p = status.leading_paused
+    if p is None:
+        return None
+    shown = f"{p.value:.6g}" if math.isfinite(p.value) else str(p.value)
+    return (
+        f"  leading paused: trial {p.number}  {status.metric} {shown} at rung {p.rung} "
+        "(not finished: waits for promotion)"
     )
 
 
@@ -163,6 +196,9 @@ def format_status(status: StudyStatus) -> str:
     budget = format_budget(status)
     if budget:
         lines.insert(2, budget)
+    paused = format_leading_paused(status)
+    if paused:
+        lines.append(paused)
     if status.running_trials:
         lines.append("  running:")
         lines.append(f"    {'trial':>5}  {'epoch':>5}  {'for':>8}  worker")

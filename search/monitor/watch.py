@@ -23,7 +23,7 @@ from typing import TextIO
 
 from search.db.storage import Storage, is_transient
 from search.errors import first_line
-from search.monitor.status import StudyStatus, format_budget, study_status
+from search.monitor.status import StudyStatus, format_budget, format_leading_paused, study_status
 from search.monitor.stopping import stop_on_signals
 from search.study.studies import StudyRef
 
@@ -77,6 +77,9 @@ def format_live(status: StudyStatus) -> list[str]:
     budget = format_budget(status)
     if budget:
         lines.insert(2, budget)
+    paused = format_leading_paused(status)
+    if paused:
+        lines.insert(4 if budget else 3, paused)
     if status.running_trials:
         lines.append(f"  {'trial':>5}  {'epoch':>5}  {'last score':>10}  {'heartbeat':>9}  worker")
         for r in status.running_trials:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from search.db.migrate import check_schema, upgrade
 from search.db.storage import Storage
+from search.sampling.enqueue import enqueue_configured
 from search.sampling.sample_ahead import queue_first_trials
 from search.study.config import StudyConfig
 from search.study.note import save_study_note
@@ -32,5 +33,6 @@ def set_up_study(
     study, created = create_study(storage, config)
     if created:
         save_study_note(storage, study, argv)
+        enqueue_configured(storage, study)  # [[study.enqueue]]: the first trials
         queue_first_trials(storage, study)
     return study, created

@@ -23,6 +23,7 @@ from typing import Any
 import optuna
 
 from search.db.storage import Storage, mask_url
+from search.study.reuse import as_toml
 from search.study.settings import StudyConfig
 from search.study.studies import StudyRef
 
@@ -38,6 +39,9 @@ def config_toml(config: StudyConfig) -> str:
     """The study's stored config (every default filled in), as TOML."""
     lines: list[str] = []
     for section, values in config.to_dict().items():
+        if isinstance(values, list):  # [[study.enqueue]] tables
+            lines.extend(as_toml(table, "[[study.enqueue]]") + "\n" for table in values)
+            continue
         lines.append(f"[{section}]")
         for key, value in values.items():
             if value is not None:  # TOML has no null: a missing key means the default

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from search.db.storage import mask_url
+from search.study.enqueue import EnqueueError, parse_enqueue
 from search.study.names import storage_problem
 from search.study.settings import (
     DIRECTIONS,
@@ -92,6 +93,10 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
     space = _space(data.get("space", {}))
     grid = _grid(data.get("grid", {}), space)
     tracking = _tracking(_Section("tracking", data.get("tracking")))
+    try:
+        enqueue = parse_enqueue(data["study"].get("enqueue"), space)
+    except EnqueueError as exc:
+        raise ConfigError(str(exc)) from None
     config = StudyConfig(
         study=study,
         pruner=pruner,
@@ -100,6 +105,7 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
         space=space,
         grid=grid,
         tracking=tracking,
+        enqueue=enqueue,
     )
     if study.sampler == "grid" and (not space or config.grid_size() < 2):
         raise ConfigError(
@@ -235,6 +241,7 @@ def _study(s: _Section) -> StudySettings:
         "sampler",
         "seed",
         "max_attempts",
+        "enqueue",
     )
     name = s.get("name", str)
     if not name.strip():

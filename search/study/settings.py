@@ -195,6 +195,8 @@ class StudyConfig:
     space: tuple[Param, ...]
     grid: GridSettings
     tracking: TrackingSettings = field(default_factory=TrackingSettings)
+    enqueue: tuple[dict[str, Any], ...] = ()
+    """`[[study.enqueue]]`: configurations run first, exactly once (`search.study.enqueue`)."""
 
     def param(self, name: str) -> Param:
         for p in self.space:
@@ -234,6 +236,7 @@ class StudyConfig:
             },
             # Only when set: the stored config of a study without trackers is as it was.
             **({"tracking": self.tracking.to_dict()} if self.tracking else {}),
+            **({"enqueue": [dict(e) for e in self.enqueue]} if self.enqueue else {}),
         }
 
     @classmethod
@@ -251,6 +254,7 @@ class StudyConfig:
             space=tuple(param_from_dict(n, s) for n, s in data["space"].items()),
             grid=GridSettings(points=points, values={k: tuple(v) for k, v in grid.items()}),
             tracking=TrackingSettings.from_dict(data.get("tracking", {})),
+            enqueue=tuple(data.get("enqueue", ())),
         )
 
     def difference(self, other: StudyConfig) -> str | None:

@@ -78,6 +78,11 @@ def create_study(storage: Storage, config: StudyConfig) -> tuple[StudyRef, bool]
         )
     diff = existing.config.difference(config)
     if diff is not None:
+        from search.study.extend import extend_study  # more budget: the study continues
+
+        extended = extend_study(storage, existing, config)
+        if extended is not None:
+            return extended, False
         raise ConfigError(
             f"study {name!r} already exists with a different config ({diff}); "
             "use another study.name or the same config"

@@ -32,6 +32,8 @@ from search.errors import first_line
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS
 from search.study.studies import StudyRef
+from search.worker import leftovers
+from search.worker.artifacts import ArtifactStore
 from search.worker.decisions import StudyRules
 from search.worker.health import DatabaseHealth
 from search.worker.tracked import TrialTracking
@@ -138,9 +140,11 @@ class Claimer:
         health: DatabaseHealth,
         sampler: TrialSampler,
         tracking: TrialTracking,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.storage, self.study, self.worker_id = storage, study, worker_id
         self.rules, self.health, self.tracking = rules, health, tracking
+        self.artifacts = artifacts  # the checkpoints to sweep at the study's end (None: keep)
         self.ahead = SampleAhead(sampler, health.stop)
 
     def next(self) -> Claim | StudyOver:
@@ -269,10 +273,17 @@ class Claimer:
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:
             logger.info(
-                "study over (%s): trials %s end PRUNED with their last value",
+                "study over (%s): %d paused or queued trial(s) end PRUNED with their last value",
                 over,
-                ", ".join(map(str, ended)),
+                len(ended),
             )
+        if self.artifacts is not None:
+            try:
+                swept = leftovers.sweep(self.storage, self.artifacts, self.study)
+            except Exception:  # disk space, not correctness
+                logger.warning("could not delete the ended trials' checkpoints")
+            else:
+                logger.info("study over: %s", leftovers.describe(swept))
         if removed:
             logger.info(
                 "study over (%s): %d queued trials that never started are removed",

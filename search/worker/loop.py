@@ -121,6 +121,7 @@ class Worker:
             health=health,
             sampler=sampler,
             tracking=tracking,
+            artifacts=None if keep_checkpoints else artifacts,
         )
         self._heartbeat = Heartbeat(storage, study, worker_id, health, grace_s)
         self._reports = ReportWriter(

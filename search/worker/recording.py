@@ -22,6 +22,7 @@ from search.db.leases import Claim
 from search.db.storage import Storage
 from search.errors import RuntimeFailure
 from search.study.studies import StudyRef
+from search.worker import leftovers
 from search.worker.decisions import StudyRules
 from search.worker.health import DatabaseHealth
 from search.worker.tracked import TrialTracking
@@ -88,6 +89,20 @@ class TrialRecorder:
             ending.run, ending.outcome, paused=isinstance(ending.reason, Paused)
         )
         claim, status = ending.claim, ending.outcome.status
+        if ending.outcome.user_attrs and (
+            isinstance(ending.reason, Paused) or status == "preempted"
+        ):
+            # It may end without this worker (a study's end ends paused trials): say who ran it.
+            attrs = {
+                "worker_id": self.worker_id,
+                "hostname": self.hostname,
+                **ending.outcome.user_attrs,
+            }
+            self.health.retry(
+                lambda: leftovers.record_provenance(self.storage, claim, attrs),
+                "record the trial's provenance",
+                attempts=5,
+            )
         match ending.reason:
             case Paused(rung=rung, value=value):
                 self._pause(claim, rung, value, ending.leftover)
@@ -119,8 +134,8 @@ class TrialRecorder:
         )
         self.trials_run += 1
         if run.checkpoints is not None and not self.keep_checkpoints:
-            try:
-                run.checkpoints.discard()
+            try:  # deleted, unless it is the best trial's (`hpsearch best --weights`)
+                leftovers.after_finish(self.storage, run.checkpoints, self.study)
             except Exception:  # an old checkpoint costs disk space, not correctness
                 logger.warning("trial %d: could not delete its checkpoint", claim.number)
         metric = self.study.config.study.metric

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from tests.helpers import REPO
+from tests.helpers import REPO, terminal
 
 
 def hpsearch(
@@ -37,3 +37,14 @@ def count_studies(url: str) -> int:
         return 0
     finally:
         engine.dispose()
+
+
+def cli_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
+    """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    return terminal.run_on_a_terminal(
+        [sys.executable, "-m", "search", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(REPO)},
+        timeout=timeout,
+    )

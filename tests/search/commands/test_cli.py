@@ -14,8 +14,8 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
-from tests.helpers import REPO, terminal
-from tests.helpers.cli import count_studies, hpsearch
+from tests.helpers import REPO
+from tests.helpers.cli import cli_on_a_terminal, count_studies, hpsearch
 from tests.helpers.configs import write_config
 
 PROVENANCE = {
@@ -69,15 +69,17 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
         if trial.state.name == "PRUNED":
             assert epochs < 4
     assert len({t.user_attrs["worker_id"] for t in study.trials}) == 2
-    # Finished trials leave no checkpoint behind (the default).
+    # Finished trials leave no checkpoint behind (the default), but the best trial's.
     uid = study._storage.get_study_system_attrs(study._study_id)["hpsearch:uid"]
     engine = sa.create_engine(pg_url)
     with engine.connect() as conn:
         left = conn.execute(
-            sa.text("SELECT count(*) FROM hpsearch.artifacts WHERE artifact_id LIKE :p"),
+            sa.text(
+                "SELECT DISTINCT artifact_id FROM hpsearch.artifacts WHERE artifact_id LIKE :p"
+            ),
             {"p": f"{uid}-%"},
-        ).scalar_one()
-    assert left == 0
+        ).all()
+    assert [row.artifact_id.split("-")[1] for row in left] == [str(best.number)]
     engine.dispose()
 
 
@@ -102,12 +104,16 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     lines = done.stdout.strip().splitlines()
     assert lines[-4].startswith("study 'readme' finished: 2/2 trials ("), done.stdout
     assert lines[-3].startswith("  best: trial ")
-    assert lines[-2] == (
-        f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints and reports: "
-        f"{tmp_path}/hpsearch.db.artifacts/"
-    ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints and reports: ")
-    assert lines[-1].startswith("next: hpsearch status --study readme (")
+    assert lines[-2].startswith(
+        f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints: the best trial's final "
+        "weights (hpsearch best --weights), those of trials paused at a rung when the study "
+        f"ended (a raised budget promotes them) and reports, in {tmp_path}/hpsearch.db.artifacts/"
+    ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints: the best"), lines[-2]
+    assert lines[-1].startswith("next: hpsearch trials --study readme (every trial) | ")
+    assert "hpsearch best --study readme (" in lines[-1]
     assert "hpsearch dashboard (" in lines[-1] and "hpsearch compare CONFIG" in lines[-1]
+    # Nothing left behind but the best trial's checkpoint.
+    assert len(list((tmp_path / "hpsearch.db.artifacts").iterdir())) == 1
     again = hpsearch("run", str(config), cwd=tmp_path)  # the study is done: nothing to do
     assert again.returncode == 0 and "best: trial" in again.stdout
     assert "study 'readme' was already finished: 2/2 trials" in again.stdout
@@ -196,10 +202,21 @@ def test_unknown_study_and_changed_config_are_bad_input(
     ]
     same = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert same.returncode == 0 and "already exists, same config" in same.stdout
-    config.write_text(config.read_text().replace("n_trials = 3", "n_trials = 4"))
+    config.write_text(config.read_text().replace("seed = 1", "seed = 2"))
     changed = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
     assert changed.returncode == 2
-    assert "already exists with a different config (study.n_trials: 3 -> 4)" in changed.stderr
+    assert "already exists with a different config (study.seed: 1 -> 2)" in changed.stderr
+    assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
+    # Fewer trials than the study has is refused too (more would continue the study).
+    config.write_text(
+        config.read_text().replace("seed = 2", "seed = 1").replace("n_trials = 3", "n_trials = 2")
+    )
+    fewer = hpsearch("create", str(config), "--storage", pg_url, cwd=tmp_path)
+    assert fewer.returncode == 2
+    assert fewer.stderr.strip().splitlines() == [
+        f"hpsearch: error: study {study_name!r}: study.n_trials 3 -> 2 is below the 3 trials "
+        "the study already has"
+    ]
     assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
 
     # `--gpus all` where no GPU is visible: bad input, not a silent CPU worker.
@@ -214,21 +231,10 @@ def test_unknown_study_and_changed_config_are_bad_input(
     assert optuna.load_study(study_name=study_name, storage=pg_url).trials == queued
 
 
-def run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
-    """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    return terminal.run_on_a_terminal(
-        [sys.executable, "-m", "search", *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO)},
-        timeout=timeout,
-    )
-
-
 @pytest.mark.slow
 def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     config = write_config(tmp_path, study_name, n_trials=4)
-    code, text = run_on_a_terminal(["run", str(config)], tmp_path)
+    code, text = cli_on_a_terminal(["run", str(config)], tmp_path)
     assert code == 0, text[-2000:]
     # One worker: its line shows the trial, the epoch, the score and the best so far.
     assert re.search(
@@ -238,7 +244,7 @@ def test_live_progress_on_a_terminal(study_name: str, tmp_path: Path) -> None:
     ), text[-2000:]
 
     config = write_config(tmp_path, f"{study_name}-2", n_trials=4)
-    code, text = run_on_a_terminal(["run", str(config), "--workers", "2"], tmp_path)
+    code, text = cli_on_a_terminal(["run", str(config), "--workers", "2"], tmp_path)
     assert code == 0, text[-2000:]
     # Two workers: one line for the study, redrawn under the workers' log lines.
     assert re.search(rf"\r\x1b\[K{study_name}-2: \d/4 finished \(\d pruned\), \d running", text)

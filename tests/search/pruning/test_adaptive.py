@@ -16,7 +16,7 @@ from search.pruning.adaptive import RungSchedule, first_active_level, spearman
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
+from search.worker.trial import TrialOutcome, TrialRun
 
 
 @pytest.mark.filterwarnings("ignore::scipy.stats.ConstantInputWarning")

@@ -16,8 +16,8 @@ from search.db.storage import open_storage
 from search.study.config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
-from search.worker.trial_run import TrialOutcome, TrialRun
-from tests.conftest import migrated
+from search.worker.trial import TrialOutcome, TrialRun
+from tests.helpers.postgres import migrated
 
 
 def jittery(run: TrialRun) -> TrialOutcome:

@@ -1,0 +1,85 @@
+"""More budget for a study: raising `n_trials`, `budget_epochs` or `budget_hours` (the config
+otherwise the same) continues it, whether it is running or over.
+
+The stored config takes the new values, so every worker that joins spends the new total (the
+epoch counter keeps what was spent); trials paused at a rung when the study ended become
+promotable again (`search.db.reopen`); the sampler keeps its history (the trials stay). A value
+below what was already spent, adding or removing a budget, or any other change is refused.
+Workers already running keep the budget they started with: start them again to spend more.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import replace
+from typing import Any
+
+from search.db.reopen import reopen_paused, spent
+from search.db.storage import Storage
+from search.db.studies import CONFIG_ATTR
+from search.study.config import ConfigError, StudyConfig
+
+__all__ = ["BUDGET_KEYS", "budget_changes", "extend_study"]
+
+logger = logging.getLogger("search.study.extend")
+
+BUDGET_KEYS = ("n_trials", "budget_epochs", "budget_hours")
+
+
+def budget_changes(old: StudyConfig, new: StudyConfig) -> dict[str, tuple[Any, Any]] | None:
+    """{key: (old, new)} when the configs differ only in budgets both of them have; else None."""
+    changed = {
+        k: (getattr(old.study, k), getattr(new.study, k))
+        for k in BUDGET_KEYS
+        if getattr(old.study, k) != getattr(new.study, k)
+    }
+    if not changed or any(a is None or b is None for a, b in changed.values()):
+        return None
+    same_otherwise = replace(
+        old, study=replace(old.study, **{k: b for k, (_, b) in changed.items()})
+    )
+    if same_otherwise.difference(new) is not None:
+        return None
+    return changed
+
+
+def extend_study(storage: Storage, study: Any, config: StudyConfig) -> Any | None:
+    """`study` (a StudyRef) with `config`'s budgets, stored, if they are its only change; None if
+    something else changed. ConfigError if a new budget is below what was spent."""
+    changes = budget_changes(study.config, config)
+    if changes is None:
+        return None
+    used = spent(storage, study.study_id)
+    for key, (old, new) in changes.items():
+        if key == "budget_epochs" and new < used.epochs:
+            raise ConfigError(
+                f"study {study.name!r}: study.budget_epochs {old} -> {new} is below the "
+                f"{used.epochs} epochs already trained"
+            )
+        if key == "n_trials" and new < used.trials:
+            raise ConfigError(
+                f"study {study.name!r}: study.n_trials {old} -> {new} is below the "
+                f"{used.trials} trials the study already has"
+            )
+        if key == "budget_hours" and used.first_start is not None:
+            now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+            hours = (now - used.first_start).total_seconds() / 3600
+            if new < hours:
+                raise ConfigError(
+                    f"study {study.name!r}: study.budget_hours {old} -> {new} is below the "
+                    f"{hours:.2f} hours already spent"
+                )
+    storage.optuna_storage().set_study_system_attr(study.study_id, CONFIG_ATTR, config.to_dict())
+    reopened = reopen_paused(storage, study.study_id)
+    shown = ", ".join(f"study.{k} {a} -> {b}" for k, (a, b) in changes.items())
+    logger.info(
+        "study %r continues with more budget (%s; %d epochs and %d trials spent); %d paused "
+        "trial(s) promotable again",
+        study.name,
+        shown,
+        used.epochs,
+        used.trials,
+        len(reopened),
+    )
+    return replace(study, config=config)

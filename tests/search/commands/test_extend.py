@@ -1,0 +1,143 @@
+"""More budget for a study that ended on its budget: raised in the config (`run` again) or with
+`hpsearch extend`, with 4 workers on PostgreSQL under ASHA. The epochs counted in the database
+equal the new total, trials paused at the study's end are promoted again from their checkpoints,
+the trials so far stay (the sampler's history); lowering below what was spent is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import sqlalchemy as sa
+
+from search.db.checkpoint_pointers import POINTER_ATTR
+from search.db.storage import open_storage
+from search.db.tables import (
+    study_budgets,
+    trial_intermediate_values,
+    trial_system_attributes,
+    trials,
+)
+from search.study.studies import find_study
+from tests.helpers.cli import hpsearch
+from tests.search.commands.test_best import ASHA
+
+
+def _epochs(url: str, name: str) -> tuple[int, int]:
+    """(the budget counter, the epochs reported by every trial): equal without crashes."""
+    storage = open_storage(url)
+    try:
+        study = find_study(storage, name)
+        assert study is not None
+        with storage.autocommit() as conn:
+            used = conn.execute(
+                sa.select(study_budgets.c.epochs_used).where(
+                    study_budgets.c.study_id == study.study_id
+                )
+            ).scalar_one()
+            reported = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(trial_intermediate_values)
+                .join(trials, trials.c.trial_id == trial_intermediate_values.c.trial_id)
+                .where(trials.c.study_id == study.study_id)
+            ).scalar_one()
+    finally:
+        storage.close()
+    return used, reported
+
+
+def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path: Path) -> None:
+    config = tmp_path / "study.toml"
+    text = ASHA.format(name=study_name, direction="maximize")
+    config.write_text(text.replace("budget_epochs = 30", "budget_epochs = 12"))
+    flags = ("--storage", pg_url)
+    first = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _epochs(pg_url, study_name) == (12, 12)
+    before = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    kept = _with_checkpoint(pg_url, study_name)
+    paused_at_end = {n for n in kept if before[n].system_attrs.get("hpsearch:ended_by") == "budget"}
+    assert paused_at_end, "the budget should have ended trials paused at a rung"
+
+    # Raised in the config: the same command continues the study.
+    config.write_text(text.replace("budget_epochs = 30", "budget_epochs = 24"))
+    second = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert (
+        "continues with more budget (study.budget_epochs 12 -> 24; 12 epochs and "
+        f"{len(before)} trials spent); {len(paused_at_end)} paused trial(s) promotable again"
+    ) in second.stderr
+    assert _epochs(pg_url, study_name) == (24, 24)
+    after = optuna.load_study(study_name=study_name, storage=pg_url).trials
+    # The trials so far are all still there, with their params: the sampler's history.
+    assert [(t.number, t.params) for t in after[: len(before)]] == [
+        (t.number, t.params) for t in before
+    ]
+    # Each trial paused at the first end went on from its checkpoint when the promotion rule
+    # picked it, or is paused again (its checkpoint kept) at the second end.
+    again = _with_checkpoint(pg_url, study_name)
+    for n in paused_at_end:
+        was = max(before[n].intermediate_values)
+        if max(after[n].intermediate_values) > was:
+            assert after[n].user_attrs["resumed_from"]["epoch"] == was, n
+        else:
+            assert n in again and after[n].system_attrs["hpsearch:ended_by"] == "budget", n
+
+    # `hpsearch extend`: below what was spent is refused, nothing changes; more is taken.
+    low = hpsearch("extend", "--study", study_name, "--budget-epochs", "20", *flags, cwd=tmp_path)
+    assert low.returncode == 2
+    assert low.stderr.strip().splitlines() == [
+        f"hpsearch: error: study {study_name!r}: study.budget_epochs 24 -> 20 is below the 24 "
+        "epochs already trained"
+    ]
+    hours = hpsearch("extend", "--study", study_name, "--budget-hours", "2", *flags, cwd=tmp_path)
+    assert hours.returncode == 2 and "has no study.budget_hours to raise" in hours.stderr
+    more = hpsearch("extend", "--study", study_name, "--budget-epochs", "30", *flags, cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    # The reopened trials are paused again: status names the one leading (highest rung, then
+    # best value there), beside the best finished one.
+    listed = hpsearch(
+        "trials", "--study", study_name, "--state", "paused", "--json", *flags, cwd=tmp_path
+    )
+    paused = json.loads(listed.stdout)
+    assert {p["number"] for p in paused} == again - {
+        t.number for t in after if t.state.name == "COMPLETE"
+    }
+    status = hpsearch("status", "--study", study_name, "--json", *flags, cwd=tmp_path)
+    leading = json.loads(status.stdout)["leading_paused"]
+    top = max(paused, key=lambda p: (p["rung"], p["value"], -p["number"]))
+    assert (leading["number"], leading["rung"]) == (top["number"], top["rung"])
+    shown = hpsearch("status", "--study", study_name, *flags, cwd=tmp_path).stdout
+    assert f"leading paused: trial {top['number']}  val_accuracy " in shown
+    config.write_text(text)  # budget_epochs = 30: now the study's own config
+    third = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert _epochs(pg_url, study_name) == (30, 30)
+
+    # Anything else changed is still refused.
+    config.write_text(text.replace("seed = 3", "seed = 4"))
+    other = hpsearch("create", str(config), *flags, cwd=tmp_path)
+    assert other.returncode == 2 and "different config (study.seed: 3 -> 4)" in other.stderr
+
+
+def _with_checkpoint(url: str, name: str) -> set[int]:
+    """Numbers of the study's ended trials whose checkpoint is kept."""
+    storage = open_storage(url)
+    try:
+        study = find_study(storage, name)
+        assert study is not None
+        a = trial_system_attributes
+        with storage.autocommit() as conn:
+            rows = conn.execute(
+                sa.select(trials.c.number)
+                .join(a, a.c.trial_id == trials.c.trial_id)
+                .where(
+                    trials.c.study_id == study.study_id,
+                    trials.c.state.in_(["COMPLETE", "PRUNED", "FAIL"]),
+                    a.c.key == POINTER_ATTR,
+                )
+            ).all()
+    finally:
+        storage.close()
+    return {row.number for row in rows}
