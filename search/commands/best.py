@@ -194,11 +194,14 @@ def write_weights(
             f"trial {row.number}'s checkpoint {pointer['artifact_id']} is not in {where} "
             f"({type(exc).__name__}); give --artifacts DIR if its workers used one"
         ) from None
-    with reader:
-        checkpoint = torch.load(reader, map_location="cpu", weights_only=True)
-    weights = checkpoint.get("model") if isinstance(checkpoint, dict) else None
-    if not isinstance(weights, dict):
-        raise RuntimeFailure(f"trial {row.number}'s checkpoint holds no model state dict")
+    from trainer.checkpoint import CheckpointError, consolidated_state_dict
+
+    # One plain state dict, whether the trial ran in one process or sharded (FSDP) over several.
+    try:
+        with reader:
+            weights = consolidated_state_dict(reader)
+    except CheckpointError as exc:
+        raise RuntimeFailure(f"trial {row.number}'s checkpoint: {exc}") from None
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(handle, "wb") as out:
