@@ -21,7 +21,7 @@ sound. `THRESHOLD` and `MIN_PAIRS` were set on the development suite of LCBench
 (bench/efficiency/design.py, bench/BENCHMARKS.md "Design on the development suite").
 
 The same function decides in the simulation (bench/efficiency/simulate.py) and in the
-workers (`search.worker.pause.Promoter`, from the study's `trial_rungs` rows).
+workers (`search.worker.budget_and_promotion.Promoter`, from the study's `trial_rungs` rows).
 
 Example::
 

@@ -85,7 +85,7 @@ def rung_steps(pruner: PrunerSettings, epochs: int) -> list[int] | None:
     completed; the worker asks no pruner there).
     """
     if pruner.type == "none" or pruner.pauses:
-        return []  # promotion-based ASHA pauses instead (search.worker.pause)
+        return []  # promotion-based ASHA pauses instead (search.worker.budget_and_promotion)
     if pruner.type == "median":
         return None
     return Rungs(pruner.min_resource, pruner.reduction_factor, epochs).levels(0)
