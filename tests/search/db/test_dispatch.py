@@ -51,9 +51,14 @@ def test_create_is_idempotent_and_refuses_another_config(storage_url: str, study
     again, created_again = create_study(storage, make_config(study_name))
     assert created and not created_again and again.study_id == first.study_id
     with pytest.raises(
-        ConfigError, match=r"already exists with a different config \(study\.n_trials: 12 -> 13\)"
+        ConfigError,
+        match=r'already exists with a different config \(study\.sampler: "random" -> "tpe"\)',
     ):
-        create_study(storage, make_config(study_name, n_trials=13))
+        create_study(storage, make_config(study_name, sampler="tpe"))
+    # More trials is more budget, not another config: the same study goes on with it.
+    more, created_more = create_study(storage, make_config(study_name, n_trials=13))
+    assert not created_more and more.study_id == first.study_id
+    assert more.config.study.n_trials == 13
 
 
 def test_enqueued_trials_are_run_with_their_fixed_params(storage_url: str, study_name: str) -> None:
