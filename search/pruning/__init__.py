@@ -5,7 +5,8 @@ light, incremental view of the study's reports.
 - `pruner`: `Pruner`, deciding per report from the rungs it reads incrementally;
 - `storage`: `PruningStorage`, the study as Optuna's pruners read it (the trial cache);
 - `promotion`: promotion-based ASHA's rule alone (`Rungs`, `RungTable`): which paused trial a
-  free worker resumes (the database side: `search.db.pauses`; the worker's: `search.worker.budget_and_promotion`).
+  free worker resumes (the database side: `search.db.pauses`; the worker's:
+  `search.worker.budget_and_promotion`).
 """
 
 from search.pruning.promotion import Paused, Rungs, RungTable

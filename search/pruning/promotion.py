@@ -14,7 +14,8 @@ Several brackets (Hyperband, `Rungs(..., brackets=...)`): bracket b's first rung
 with the weights of synchronous Hyperband's bracket sizes (most trials in the most aggressive
 bracket). Trials are ranked only against trials of their own bracket.
 
-No I/O here: the database side is `search.db.pauses`, the worker side `search.worker.budget_and_promotion`.
+No I/O here: the database side is `search.db.pauses`, the worker side
+`search.worker.budget_and_promotion`.
 Values are the study's metric as reported; ``maximize`` says which way is better.
 
 Example::

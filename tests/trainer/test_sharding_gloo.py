@@ -33,6 +33,8 @@ from search.worker.trial_group import run_trial_group
 from trainer import DirectoryCheckpointStore, resolve_task, train
 from trainer.checkpoint import consolidated_state_dict
 
+pytestmark = pytest.mark.slow  # gloo process groups of 2 and 4 ranks: 8-20 s each
+
 SEED = 7
 PARAMS = {"lr": 0.01, "width": 8, "batch_size": 64, "dropout": 0.0}
 

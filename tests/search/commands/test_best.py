@@ -26,6 +26,8 @@ from tests.helpers.cli import hpsearch
 from tests.helpers.postgres import migrated
 from tests.helpers.tiny_task import make_task
 
+pytestmark = pytest.mark.slow  # each backend runs a whole ASHA study first (~10 s)
+
 ASHA = """
 [study]
 name = "{name}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 
 from tests.helpers.cli import hpsearch
 
@@ -43,6 +44,7 @@ act = {{ type = "categorical", choices = ["relu", "tanh"] }}
 """
 
 
+@pytest.mark.slow
 def test_enqueued_configurations_run_first_and_exactly_once(
     storage_url: str, study_name: str, tmp_path: Path
 ) -> None:

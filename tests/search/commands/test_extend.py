@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 import sqlalchemy as sa
 
 from search.db.checkpoint_pointers import POINTER_ATTR
@@ -47,6 +48,7 @@ def _epochs(url: str, name: str) -> tuple[int, int]:
     return used, reported
 
 
+@pytest.mark.slow
 def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = tmp_path / "study.toml"
     text = ASHA.format(name=study_name, direction="maximize")

@@ -94,6 +94,7 @@ def _rank_holds(rank: int, world: int, port: int, params: dict[str, Any], out: A
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_gloo_per_gpu_state_matches_what_two_fsdp_ranks_hold() -> None:
     """Multi-process (2 gloo ranks): the estimate's state per GPU against the bytes each rank
     holds. Tolerance: FSDP pads each parameter's shard to ceil(rows / N) rows, so a rank may
@@ -126,6 +127,7 @@ def test_gloo_per_gpu_state_matches_what_two_fsdp_ranks_hold() -> None:
     assert total == pytest.approx(step.weights_bytes + step.gradients_bytes, rel=0.05)
 
 
+@pytest.mark.slow
 def test_estimate_of_a_sharded_study_says_how_many_gpus(tmp_path: Path) -> None:
     config = tmp_path / "fsdp.toml"
     config.write_text(DIGITS.read_text().replace("[train]\n", '[train]\nsharding = "fsdp"\n'))

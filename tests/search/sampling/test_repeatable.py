@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 
 from search.db.storage import open_storage
 from search.study.config import parse_config
@@ -58,6 +59,7 @@ def run_study(url: str) -> list[tuple[int, dict[str, Any], str]]:
     return [(t.number, t.params, t.state.name) for t in trials]
 
 
+@pytest.mark.slow
 def test_one_worker_repeats_its_trials_run_after_run(tmp_path: Path) -> None:
     runs = [run_study(migrated(f"sqlite:///{tmp_path / f'run{i}.db'}")) for i in range(3)]
     assert len(runs[0]) > 20  # past TPE's 10 start-up trials: the model chose most of them
