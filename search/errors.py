@@ -1,6 +1,6 @@
 """Errors that end a command with one line, and one line from any error.
 
-Exit codes (README): 2 for bad input (`search.study.config.ConfigError`,
+Exit codes (README): 2 for bad input (`search.study.settings.ConfigError`,
 `search.db.storage.StorageError`), 1 for `RuntimeFailure`, a failure of this process or this
 machine rather than of the input.
 """

@@ -1,8 +1,8 @@
 """How one trial is trained: the `[train]` settings plus the epoch budget and seed.
 
 This module imports nothing heavy, so the search side can build a `TrainConfig` without
-loading torch. Validation happens once, at the edge (``search.study.config``); inside, the values
-are trusted.
+loading torch. Validation happens once, at the edge (``search.study.parse_config``); inside,
+the values are trusted.
 """
 
 from __future__ import annotations

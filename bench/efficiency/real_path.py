@@ -37,7 +37,7 @@ DIGITS_EPOCHS = 27
 
 def has_epoch_budget() -> bool:
     """Whether this hpsearch has `[study] budget_epochs` (issue 20's budgets)."""
-    from search.study.config import StudySettings
+    from search.study.settings import StudySettings
 
     return any(f.name == "budget_epochs" for f in fields(StudySettings))
 
@@ -54,7 +54,7 @@ def study_config(
 ) -> Any:
     """The hpsearch config of one study of the benchmark (lcbench: scored by `metric`, one of
     lcbench.METRICS, in its direction)."""
-    from search.study.config import parse_config
+    from search.study.parse_config import parse_config
 
     maximize = True
     if benchmark == "lcbench":

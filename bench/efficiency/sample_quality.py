@@ -56,7 +56,7 @@ def run_hpsearch(url: str, sampler: str, n_trials: int, workers: int, seed: int,
     from search.db.migrate import upgrade
     from search.db.storage import open_storage
     from search.sampling.sample_ahead import queue_first_trials
-    from search.study.config import parse_config
+    from search.study.parse_config import parse_config
     from search.study.studies import create_study, open_study
     from search.worker.loop import Worker
     from search.worker.trial import TrialOutcome

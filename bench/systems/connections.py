@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 from search.db.migrate import upgrade  # noqa: E402
 from search.db.storage import engine_kwargs, open_storage  # noqa: E402
-from search.study.config import load_config  # noqa: E402
+from search.study.parse_config import load_config  # noqa: E402
 from search.study.studies import create_study  # noqa: E402
 
 CONFIG = """

@@ -66,8 +66,8 @@ def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
         trial_values,
         trials,
     )
-    from search.study.config import parse_config
     from search.study.note import save_study_note
+    from search.study.parse_config import parse_config
     from search.study.studies import create_study
 
     name = f"large-{n_trials}"

@@ -67,7 +67,7 @@ def run_study(url: str, workdir: Path, seed: int, stop: int | None, grace_s: flo
     from bench.systems.scheduler import last_finished_utc
     from search.db.storage import open_storage
     from search.sampling.sample_ahead import queue_first_trials
-    from search.study.config import load_config
+    from search.study.parse_config import load_config
     from search.study.studies import create_study
 
     name = f"preempt-{uuid.uuid4().hex[:8]}"

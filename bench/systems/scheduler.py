@@ -142,7 +142,7 @@ N * steps (reserved per rung, as a study with `budget_epochs` does)."""
 
 
 def _bench_config(name: str, sampler: str, n_trials: int, steps: int) -> Any:
-    from search.study.config import parse_config
+    from search.study.parse_config import parse_config
 
     budget = {"budget_epochs": n_trials * steps} if HPSEARCH_BUDGET else {}
     return parse_config(

@@ -14,8 +14,8 @@ from search.commands.common import storage_url
 from search.db.migrate import check_schema
 from search.db.storage import open_storage
 from search.db.trial_table import read_trials
-from search.study.config import ConfigError
 from search.study.reuse import flag_value
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 
 __all__ = ["parse_trial_ref", "study_trial_overrides"]

@@ -27,8 +27,8 @@ from search.db.migrate import check_schema
 from search.db.storage import Storage, open_storage
 from search.db.trial_table import TrialRow, best_row, read_trials
 from search.errors import EXIT_OK, RuntimeFailure
-from search.study.config import ConfigError
 from search.study.reuse import as_flags, as_toml
+from search.study.settings import ConfigError
 from search.study.studies import StudyRef, open_study
 from search.terminal import format_value
 

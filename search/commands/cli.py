@@ -40,7 +40,7 @@ from search.commands.common import Parser
 from search.db.roles import refused_write
 from search.db.storage import StorageError
 from search.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_INTERRUPTED, RuntimeFailure
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.terminal import OncePerProcess, TerminalLogHandler
 
 __all__ = ["COMMAND_MODULES", "build_parser", "entry_point", "installed_version", "main"]

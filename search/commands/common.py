@@ -12,7 +12,7 @@ from typing import NoReturn, TypeVar
 
 from search.db.storage import resolve_url
 from search.errors import EXIT_BAD_INPUT
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.worker.artifacts import existing_directory
 from search.worker.loop import DEFAULT_GRACE_S
 from search.worker.start import WorkerOptions

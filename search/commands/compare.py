@@ -23,7 +23,8 @@ from search.compare.run import (
     run_studies,
 )
 from search.db.storage import open_storage
-from search.study.config import ConfigError, load_config
+from search.study.parse_config import load_config
+from search.study.settings import ConfigError
 from search.study.studies import StudyRef
 from search.worker.launcher import local_devices, run_worker_processes
 from search.worker.preflight import check_device, check_task

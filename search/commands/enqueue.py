@@ -10,8 +10,8 @@ from search.commands.common import add_storage_flags, storage_url
 from search.db.migrate import check_schema
 from search.db.storage import open_storage
 from search.errors import EXIT_OK
-from search.study.config import ConfigError
 from search.study.enqueue import EnqueueError, parse_enqueue_flags
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 from search.terminal import format_value
 

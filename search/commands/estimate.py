@@ -12,7 +12,8 @@ from search.commands.common import DEVICE_HELP, DEVICE_MEMORY_HELP, device_memor
 from search.estimate.measure import run_measure
 from search.estimate.memory import estimate_json, estimate_memory, format_estimate, format_one
 from search.estimate.picking import Configuration, configurations
-from search.study.config import ConfigError, load_config, params_from_overrides
+from search.study.parse_config import load_config, params_from_overrides
+from search.study.settings import ConfigError
 from trainer import TaskImportError, resolve_task
 
 __all__ = ["add_parser", "cmd_estimate"]

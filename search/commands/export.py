@@ -19,7 +19,8 @@ from search.commands.common import add_storage_flags, storage_url
 from search.db.migrate import check_schema
 from search.db.storage import open_storage
 from search.errors import EXIT_OK
-from search.study.config import ConfigError, parse_tracking
+from search.study.parse_config import parse_tracking
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 
 __all__ = ["add_parser", "cmd_export"]

@@ -12,8 +12,8 @@ from search.db.migrate import check_schema
 from search.db.reopen import spent
 from search.db.storage import open_storage
 from search.errors import EXIT_OK
-from search.study.config import ConfigError
 from search.study.extend import extend_study
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 
 __all__ = ["add_parser", "cmd_extend"]

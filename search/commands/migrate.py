@@ -16,7 +16,7 @@ from search.errors import EXIT_OK
 from search.monitor.run_summary import artifacts_place
 from search.monitor.status import study_status
 from search.monitor.workers import delete_study
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.study.studies import StudyRef, open_study
 from search.worker.artifacts import artifact_store_for, existing_directory
 

@@ -22,7 +22,8 @@ from search.monitor.progress import StudyProgress
 from search.monitor.run_summary import run_summary
 from search.monitor.status import study_status
 from search.sampling.setup import set_up_study
-from search.study.config import StudyConfig, load_config
+from search.study.parse_config import load_config
+from search.study.settings import StudyConfig
 from search.study.studies import StudyRef, open_study
 from search.worker.launcher import (
     check_devices,

@@ -14,7 +14,7 @@ from search.errors import EXIT_OK
 from search.monitor.status import format_status, study_status
 from search.monitor.watch import DEFAULT_INTERVAL_S, watch
 from search.monitor.workers import format_workers, list_workers, workers_json
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.study.studies import open_study
 
 __all__ = ["add_parser", "cmd_status", "cmd_workers"]

@@ -21,7 +21,8 @@ from dataclasses import replace
 from typing import Any
 
 from search.commands.common import DEVICE_HELP, add_storage_flags
-from search.study.config import ConfigError, load_config, params_from_overrides
+from search.study.parse_config import load_config, params_from_overrides
+from search.study.settings import ConfigError
 from search.terminal import format_value
 from trainer import DirectoryCheckpointStore, TaskImportError, resolve_task
 

@@ -9,7 +9,7 @@ dashboard see it as any other study. Running the same command again finds those 
 
 Example::
 
-    >>> from search.study.config import parse_config
+    >>> from search.study.parse_config import parse_config
     >>> cfg = parse_config({
     ...     "study": {"name": "demo"},
     ...     "task": {"name": "digits", "epochs": 3},
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from search.sampling.samplers import derived_seed
-from search.study.config import (
+from search.study.settings import (
     PRUNERS,
     SAMPLERS,
     ConfigError,

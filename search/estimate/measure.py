@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from search.estimate.text import columns, params_text, plain_ratio, ratio, seconds
-from search.study.config import ConfigError, StudyConfig, load_config
+from search.study.parse_config import load_config
+from search.study.settings import ConfigError, StudyConfig
 from trainer import resolve_task
 from trainer.config import DEFAULT_BATCH_SIZE
 from trainer.grad_checkpointing import can_checkpoint

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from search.estimate.picking import Configuration, param_ends
 from search.estimate.sharding import sharded_fits, sharded_lines
 from search.estimate.text import columns, params_text
-from search.study.config import StudyConfig
+from search.study.settings import StudyConfig
 from search.study.space import Param
 from search.terminal import format_value
 from trainer import resolve_task

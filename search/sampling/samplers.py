@@ -29,7 +29,7 @@ from optuna.distributions import (
 )
 
 from search.sampling.multifidelity import across_fidelities, uses_fidelities
-from search.study.config import StudyConfig
+from search.study.settings import StudyConfig
 from search.study.space import CategoricalParam, FloatParam, Param
 
 __all__ = [

@@ -8,8 +8,8 @@ from search.db.migrate import check_schema, upgrade
 from search.db.storage import Storage
 from search.sampling.enqueue import enqueue_configured
 from search.sampling.sample_ahead import queue_first_trials
-from search.study.config import StudyConfig
 from search.study.note import save_study_note
+from search.study.settings import StudyConfig
 from search.study.studies import StudyRef, create_study
 
 __all__ = ["set_up_study"]

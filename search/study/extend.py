@@ -18,7 +18,7 @@ from typing import Any
 from search.db.reopen import reopen_paused, spent
 from search.db.storage import Storage
 from search.db.studies import CONFIG_ATTR
-from search.study.config import ConfigError, StudyConfig
+from search.study.settings import ConfigError, StudyConfig
 
 __all__ = ["BUDGET_KEYS", "budget_changes", "extend_study"]
 

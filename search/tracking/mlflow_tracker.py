@@ -29,7 +29,7 @@ from mlflow.exceptions import MlflowException, RestException
 from mlflow.tracking import MlflowClient
 
 from search.db.storage import mask_url
-from search.study.config import MlflowSettings
+from search.study.settings import MlflowSettings
 from search.study.studies import StudyRef
 from search.tracking.base import Tracker, study_params
 from search.tracking.records import KEY_TAG, STUDY_KEY_TAG, TrialEnded, TrialStarted, trial_key

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from search.study.config import ConfigError, TrackingSettings, check_tracker_installed
+from search.study.parse_config import check_tracker_installed
+from search.study.settings import ConfigError, TrackingSettings
 from search.study.studies import StudyRef
 from search.tracking.base import Tracker
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import wandb
 
-from search.study.config import WandbSettings
+from search.study.settings import WandbSettings
 from search.study.studies import StudyRef
 from search.tracking.base import Tracker, study_params
 from search.tracking.records import TrialEnded, TrialStarted

@@ -24,7 +24,7 @@ from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient
 from search.pruning.pruner import Pruner
 from search.pruning.pruners import rung_steps
-from search.study.config import PrunerSettings
+from search.study.settings import PrunerSettings
 from search.study.studies import StudyRef
 from search.worker.budget_and_promotion import Promoter, StudyLimits
 from search.worker.health import DatabaseHealth, HeldTrial

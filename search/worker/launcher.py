@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from search.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.worker.preflight import check_device
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from search.study.config import ConfigError, StudyConfig
+from search.study.settings import ConfigError, StudyConfig
 from trainer import TaskImportError, resolve_task
 
 __all__ = ["check_device", "check_task"]

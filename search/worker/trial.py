@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from search.study.config import StudyConfig
+from search.study.settings import StudyConfig
 from trainer import CheckpointStore
 
 __all__ = [

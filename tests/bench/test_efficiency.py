@@ -97,7 +97,7 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
     from bench.efficiency.variants import VARIANTS, make_variant
     from search.sampling.multifidelity import FidelitySampler
     from search.sampling.samplers import make_sampler
-    from search.study.config import parse_config
+    from search.study.parse_config import parse_config
 
     config = parse_config(
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 
 GOOD: dict[str, Any] = {
     "study": {"name": "demo", "direction": "maximize", "n_trials": 6, "sampler": "tpe", "seed": 3},

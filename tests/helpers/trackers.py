@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from search.db.storage import Storage
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import StudyRef
 from search.worker.artifacts import artifact_store_for
 from search.worker.loop import Worker

@@ -143,7 +143,7 @@ def run_soak(
     from search.db.migrate import upgrade
     from search.db.storage import open_storage
     from search.sampling.sample_ahead import queue_first_trials
-    from search.study.config import load_config
+    from search.study.parse_config import load_config
     from search.study.studies import create_study
     from tests.helpers.processes import WorkerProcess, query, trial_states
 

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from search.study.config import ConfigError, load_config
+from search.study.parse_config import load_config
+from search.study.settings import ConfigError
 from trainer import CheckpointError, DirectoryCheckpointStore
 from trainer.checkpoint import consolidated_state_dict, pack_sharded, write_shards
 from trainer.sharding import load_weights

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 
-from search.study.config import load_config
+from search.study.parse_config import load_config
 from search.worker.trial import TrialRun
 from search.worker.trial_group import run_trial_group
 from trainer import DirectoryCheckpointStore, resolve_task, train

@@ -24,7 +24,7 @@ from search.compare.plots import write_plots
 from search.compare.run import prepare_studies
 from search.compare.statistics import summarize
 from search.db.storage import open_storage
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
 from tests.helpers.processes import query

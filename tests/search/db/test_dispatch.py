@@ -12,7 +12,7 @@ from search.db import claims, fenced_writes, liveness
 from search.db.leases import LeaseLost
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
-from search.study.config import ConfigError
+from search.study.settings import ConfigError
 from search.study.studies import create_study
 from search.worker.loop import Worker
 from tests.helpers.configs import make_config

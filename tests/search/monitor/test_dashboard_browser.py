@@ -25,8 +25,8 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
 from search.db.storage import open_storage
-from search.study.config import load_config
 from search.study.note import save_study_note
+from search.study.parse_config import load_config
 from search.study.studies import create_study
 from tests.helpers.configs import write_config
 from tests.helpers.dashboard_process import DashboardProcess

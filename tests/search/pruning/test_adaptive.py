@@ -13,7 +13,7 @@ import scipy.stats
 from search.db import pauses
 from search.db.storage import open_storage
 from search.pruning.adaptive import RungSchedule, first_active_level, spearman
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from search.db.storage import open_storage
 from search.pruning.pruner import Pruner
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
 from tests.helpers.objectives import curve

@@ -14,7 +14,7 @@ from search.db.storage import open_storage
 from search.sampling.mirror import StudyMirror
 from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, fidelity_view
 from search.sampling.samplers import make_sampler
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
 from tests.helpers.objectives import curve

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from search.db.storage import open_storage
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun

@@ -9,7 +9,8 @@ import optuna
 import pytest
 
 from search.sampling.samplers import derived_seed, make_sampler, suggest
-from search.study.config import SAMPLERS, parse_config
+from search.study.parse_config import parse_config
+from search.study.settings import SAMPLERS
 
 SPACE = {
     "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from search.study.config import ConfigError, StudyConfig, load_config, parse_config
+from search.study.parse_config import load_config, parse_config
+from search.study.settings import ConfigError, StudyConfig
 from search.study.space import CategoricalParam, FloatParam, IntParam
 from tests.helpers import REPO
 from tests.helpers.configs import GOOD

@@ -12,8 +12,9 @@ import pytest
 
 from search.commands.cli import main
 from search.db.storage import open_storage
-from search.study.config import ConfigError, StudyConfig, load_config, parse_config
 from search.study.note import config_toml
+from search.study.parse_config import load_config, parse_config
+from search.study.settings import ConfigError, StudyConfig
 from search.study.studies import create_study
 from tests.helpers import REPO
 from tests.helpers.cli import count_studies, hpsearch

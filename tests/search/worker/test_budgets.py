@@ -22,7 +22,7 @@ from search.db.storage import open_storage
 from search.db.tables import trial_rungs
 from search.pruning.promotion import Paused, RungTable
 from search.sampling import sample_ahead
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from search.db.storage import open_storage
-from search.study.config import load_config
+from search.study.parse_config import load_config
 from search.study.studies import create_study
 from search.worker.provenance import launched_by, launched_by_label
 from search.worker.slurm_script import parse_slurm_time

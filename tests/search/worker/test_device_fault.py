@@ -14,7 +14,7 @@ import pytest
 
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from search.worker.launcher import run_worker_processes
 from search.worker.start import WorkerOptions

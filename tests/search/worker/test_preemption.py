@@ -20,7 +20,7 @@ import pytest
 
 from search.db.storage import open_storage
 from search.sampling.samplers import derived_seed
-from search.study.config import load_config
+from search.study.parse_config import load_config
 from search.study.studies import create_study
 from tests.helpers.configs import write_config
 from tests.helpers.processes import (

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from search.db.storage import open_storage
-from search.study.config import parse_config
+from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from tests.helpers.objectives import EPOCH_LOG_ENV, join_all, start_workers
 from tests.helpers.postgres import admin_engine, fresh_database, migrated

@@ -22,7 +22,7 @@ import optuna
 import pytest
 
 from search.db.storage import open_storage
-from search.study.config import load_config
+from search.study.parse_config import load_config
 from search.study.studies import create_study
 from tests.helpers.cli import hpsearch
 from tests.helpers.processes import query, wait_for

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from search.db.storage import open_storage
-from search.study.config import load_config
+from search.study.parse_config import load_config
 from search.study.studies import create_study
 from search.worker.launcher import gpu_groups, trial_devices
 from search.worker.trial import TrialRun
