@@ -51,6 +51,7 @@ __all__ = [
     "STATES",
     "ChangeCursor",
     "TrialCache",
+    "param_value",
     "read_changed_trials",
     "read_curves",
     "read_params",
@@ -394,6 +395,12 @@ def _distribution(dist_json: str) -> BaseDistribution:
     return dist
 
 
+def param_value(value: float, dist_json: str) -> Any:
+    """A stored param (Optuna's internal float and its distribution's JSON) as the user sees it:
+    the one decoding of params every reader shares."""
+    return _distribution(dist_json).to_external_repr(value)
+
+
 def _read_changes(
     conn: Connection,
     cursor: ChangeCursor,
@@ -419,9 +426,8 @@ def _read_changes(
     if ids:
         for trial_id, name, value, dist_json in read_params(conn, ids):
             values, dists = out.params.setdefault(trial_id, ({}, {}))
-            dist = _distribution(dist_json)
-            values[name] = dist.to_external_repr(value)
-            dists[name] = dist
+            values[name] = param_value(value, dist_json)
+            dists[name] = _distribution(dist_json)
         for trial_id, key, value_json in read_system_attrs(conn, ids):
             out.attrs.setdefault(trial_id, {})[key] = json.loads(value_json)
     finished = [r for r in rows if r.trial_id in whole and STATES[r.state].is_finished()]

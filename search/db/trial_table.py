@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
-from optuna.distributions import json_to_distribution
 
 from search.db.checkpoint_pointers import POINTER_ATTR
 from search.db.storage import Storage
@@ -32,6 +31,7 @@ from search.db.tables import (
     trial_values,
     trials,
 )
+from search.db.trial_changes import param_value
 
 __all__ = ["STATES", "TrialRow", "best_row", "leading_paused", "read_trials"]
 
@@ -90,7 +90,7 @@ def read_trials(storage: Storage, study_id: int) -> list[TrialRow]:
             .where(p.c.trial_id.in_(in_study))
             .order_by(p.c.param_id)
         ):
-            params[trial_id][name] = json_to_distribution(dist).to_external_repr(value)
+            params[trial_id][name] = param_value(value, dist)
         values = {
             trial_id: value
             for trial_id, value in conn.execute(

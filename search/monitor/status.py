@@ -9,10 +9,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.distributions import json_to_distribution
-
 from search.db.status import read_status
 from search.db.storage import Storage
+from search.db.trial_changes import param_value
 from search.db.trial_table import leading_paused
 from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
@@ -128,10 +127,7 @@ def study_status(storage: Storage, study: StudyRef) -> StudyStatus:
         hours=s.budget_hours is not None,
     )
     counts, best, running, live = rows.counts, rows.best, rows.running, rows.live_workers
-    params = {
-        name: json_to_distribution(dist).to_external_repr(value)
-        for name, value, dist in rows.best_params
-    }
+    params = {name: param_value(value, dist) for name, value, dist in rows.best_params}
     return StudyStatus(
         study=study.name,
         direction=config.study.direction,

@@ -15,13 +15,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from optuna.distributions import json_to_distribution
-
 from search.db import claims, fenced_writes
 from search.db.gone import gone_reason
 from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient
 from search.db.tables import stored_float
+from search.db.trial_changes import param_value
 from search.errors import RuntimeFailure, first_line
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import derived_seed
@@ -164,10 +163,7 @@ def load_trial(
     """The trial's params (sampling any that are missing), the values it already has, and the
     worker that ran it before (if it is resumed)."""
     data = claim.loaded or claims.read_trial_data(storage, claim.trial_id)
-    params = {
-        name: json_to_distribution(dist).to_external_repr(value)
-        for name, value, dist in data.params
-    }
+    params = {name: param_value(value, dist) for name, value, dist in data.params}
     missing = [p for p in study.config.space if p.name not in params]
     if missing:
         # Enqueued with fixed params only (optuna's enqueue_trial), or its sampler died.
