@@ -218,6 +218,27 @@ def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None
     assert points == {(a, b) for a in grid["lr"] for b in grid["dropout"]}
 
 
+def test_compare_without_storage_leaves_the_users_database_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user's own study sits in ./hpsearch.db (and $HPSEARCH_STORAGE names it); compare
+    without --storage puts its studies in OUT/compare.db and does not touch hpsearch.db."""
+    monkeypatch.chdir(tmp_path)
+    own = tmp_path / "hpsearch.db"
+    monkeypatch.setenv("HPSEARCH_STORAGE", f"sqlite:///{own}")
+    config = write_config(tmp_path, "mine")
+    assert main(["create", str(config)]) == 0
+    before = own.read_bytes()
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--budget", "2", "--repeats", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert f"in sqlite:///{out / 'compare.db'}" in capsys.readouterr().err
+    assert own.read_bytes() == before
+    assert optuna.get_all_study_names(f"sqlite:///{own}") == ["mine"]
+    assert optuna.get_all_study_names(f"sqlite:///{out / 'compare.db'}") == ["mine-random-r1"]
+    assert (out / "summary.json").exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
