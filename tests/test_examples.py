@@ -80,3 +80,26 @@ def test_default_outputs_stay_out_of_git_status(path: str) -> None:
         ["git", "check-ignore", "--no-index", "-q", path], cwd=REPO, capture_output=True
     )
     assert done.returncode == 0, f"{path} would show in git status"
+
+
+def test_an_example_run_elsewhere_says_where_to_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hpsearch run /path/to/repo/examples/tabular.toml` from another directory: its task
+    (examples.tabular) cannot import there; one line says where to run it, exit 2, nothing
+    written."""
+    from search.commands import main
+
+    monkeypatch.chdir(tmp_path)
+    hidden = {"", ".", str(REPO), str(REPO) + "/"}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in hidden])
+    for name in [m for m in sys.modules if m == "examples" or m.startswith("examples.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delenv("HPSEARCH_STORAGE", raising=False)
+    code = main(["run", str(REPO / "examples" / "tabular.toml")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"no module named 'examples' in the current directory ({tmp_path})" in err
+    assert "run from the directory that holds examples/" in err
+    assert "the repository's root" in err and "PYTHONPATH" in err
+    assert list(tmp_path.iterdir()) == []

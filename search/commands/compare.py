@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from search.commands.common import (
-    add_storage_flags,
+    SCHEMA_HELP,
     add_worker_flags,
     positive_int,
     storage_url,
@@ -22,7 +22,7 @@ from search.compare.run import (
     run_logging_to_file,
     run_studies,
 )
-from search.db.storage import open_storage
+from search.db.storage import mask_url, open_storage
 from search.study.parse_config import load_config
 from search.study.settings import ConfigError
 from search.study.studies import StudyRef
@@ -75,16 +75,34 @@ def add_parser(sub: Any) -> None:
         help="score that counts as reached for 'epochs to target' (default: the 25th "
         "percentile of all runs' final bests, pooled over every strategy)",
     )
-    add_storage_flags(compare)
+    compare.add_argument(
+        "--storage",
+        help="where the compared studies go (default: sqlite:///DIR/compare.db under --out, "
+        "apart from your own studies; $HPSEARCH_STORAGE is not used)",
+    )
+    compare.add_argument("--schema", help=SCHEMA_HELP)
     add_worker_flags(compare, keep=False)
     compare.set_defaults(handler=cmd_compare)
+
+
+def _own_storage(out_dir: Path) -> str:
+    return f"sqlite:///{(out_dir / 'compare.db').absolute()}"
+
+
+def compare_storage_url(args: argparse.Namespace, out_dir: Path) -> str:
+    """--storage (with --schema), else a SQLite file of its own under --out: the compared
+    studies never land in the user's own hpsearch.db (nor in $HPSEARCH_STORAGE's database)."""
+    if args.storage is None and args.schema is None:
+        return _own_storage(out_dir)
+    return storage_url(args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Validate everything (ConfigError, exit 2, nothing written), create or find the studies,
     run the unfinished ones, write the report and attach it to every study."""
     options = worker_options(args)
-    url = storage_url(args)
+    out_dir = Path(args.out)
+    url = compare_storage_url(args, out_dir)
     devices = local_devices(args.workers)
     for device in sorted(set(devices)):
         check_device(device)
@@ -103,10 +121,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     runs = plan_compare(config, strategies, args.budget, args.repeats, budget_epochs=budget_epochs)
     budget = args.budget or max(1, (budget_epochs or 0) // config.task.epochs)
-    out_dir = Path(args.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir}: exists and is not a directory")
     check_task(config)
+    if url == _own_storage(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
     storage = open_storage(url, create=True)
     try:
         refs = prepare_studies(storage, runs, getattr(args, "argv", None) or sys.argv[1:])
@@ -116,7 +135,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     per_study = f"{budget_epochs} epochs" if budget_epochs else f"{budget} trials"
     print(
         f"compare: {len(strategies)} strategies x {args.repeats} repeats of {per_study} "
-        f"({len(runs)} studies named {config.study.name}-<strategy>-r<k>); worker logs in {logs}",
+        f"({len(runs)} studies named {config.study.name}-<strategy>-r<k>, in "
+        f"{mask_url(url)}); worker logs in {logs}",
         file=sys.stderr,
     )
 

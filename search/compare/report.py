@@ -23,7 +23,7 @@ from search.db.storage import Storage
 from search.study.studies import StudyRef
 from search.worker.artifacts import DirectoryArtifactStore, artifact_store_for
 
-__all__ = ["REPORT_ATTR", "WrittenReport", "attach_report", "write_report"]
+__all__ = ["REPORT_ATTR", "WrittenReport", "attach_report", "report_blocks", "write_report"]
 
 REPORT_ATTR = "hpsearch:compare_report"
 """Study system attribute: the artifact ids of the attached report (replaced on a rerun)."""
@@ -54,7 +54,7 @@ def write_report(
     summary = summarize(results, request, params, grid)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plots = write_plots(results, summary, params, out)
-    blocks = _blocks(summary, plots)
+    blocks = report_blocks(summary, plots)
     (out / "report.md").write_text(_markdown(blocks))
     (out / "report.html").write_text(_html(blocks, out))
     return WrittenReport(
@@ -69,7 +69,7 @@ def write_report(
 Block = tuple[Any, ...]
 
 
-def _blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block]:
+def report_blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block]:
     s = summary
     metric = s["metric"]
     strategies = s["strategies"]
@@ -187,7 +187,9 @@ def _blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block
                 f"{t['u']:g}",
                 f"{t['p']:.3g}",
                 f"{t['p_holm']:.3g}",
-                f"{t['a_better_share']:.0%}",
+                f"{t['leader']} {t['difference']:+.3g} ({t['difference_ci95'][0]:+.3g} to "
+                f"{t['difference_ci95'][1]:+.3g})",
+                f"{t['leader']} in {t['leader_ahead']} of {t['pairings']}",
                 "yes" if t["significant"] else "no significant difference",
             ]
             for t in s["tests"]
@@ -195,7 +197,15 @@ def _blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block
         blocks.append(
             (
                 "table",
-                ["pair", "U", "p", "Holm p", "first better in", f"significant at {s['alpha']}"],
+                [
+                    "pair",
+                    "U",
+                    "p",
+                    "Holm p",
+                    "leader: mean difference (95% interval)",
+                    "ahead in pairings",
+                    f"significant at {s['alpha']}",
+                ],
                 rows,
             )
         )
@@ -203,8 +213,12 @@ def _blocks(summary: dict[str, Any], plots: list[tuple[str, str]]) -> list[Block
             (
                 "p",
                 "Two-sided Mann-Whitney rank tests on the final bests (scipy), Holm-adjusted for "
-                "the number of pairs. 'First better in' is the share of (run, run) pairings in "
-                "which the first strategy's run scored better (ties count half).",
+                "the number of pairs. The leader is the strategy with the better mean final best; "
+                "its difference is its mean minus the other's, in the metric's units, with a "
+                "95% bootstrap interval. 'Ahead in pairings': of all (run, run) pairings of the "
+                "two strategies, those in which the leader's run scored better (ties are "
+                "neither). The effect is shown whatever the test says: with few repeats a "
+                "large effect can be not significant.",
             )
         )
     blocks.append(("h2", "Plots"))

@@ -5,9 +5,17 @@ optuna-dashboard's own `save_note` (a Markdown note kept in the study's system a
 Every argument of the command line passes through `mask_url`, so a `--storage` URL with a
 password shows `***`; the storage is shown masked too.
 
+A study with a budget or paused trials gets a progress line right under the heading, kept up
+to date by the workers (`refresh_progress_line`, whenever they publish the study's user
+attributes `budget` and `paused trials`, at most every 5 s), so the dashboard shows it first
+rather than in "Study User Attributes" far down the page.
+
 Example of a note's head::
 
     ## digits
+
+    **Budget**: 120/300 epochs (180 left) · **paused trials**: 7
+
     Created by `hpsearch create examples/digits.toml --storage postgresql+psycopg://ml:***@db/hp`
 """
 
@@ -21,13 +29,72 @@ from collections.abc import Sequence
 from typing import Any
 
 import optuna
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
+from search.db.statements import upsert_attributes
 from search.db.storage import Storage, mask_url
+from search.db.tables import study_system_attributes
 from search.study.reuse import as_toml
 from search.study.settings import StudyConfig
+from search.study.spending import budget_line, budget_spent
 from search.study.studies import StudyRef
 
-__all__ = ["command_line", "config_toml", "save_study_note", "study_note"]
+__all__ = [
+    "command_line",
+    "config_toml",
+    "progress_line",
+    "refresh_progress_line",
+    "save_study_note",
+    "study_note",
+]
+
+# optuna-dashboard's note, as its `save_note` stores it: a version and the Markdown body in
+# chunks of at most 2045 characters, all study system attributes.
+_NOTE_VERSION = "dashboard:note_ver"
+_NOTE_CHUNK = "dashboard:note_str:"
+_CHUNK_CHARS = 2045
+_PROGRESS_STARTS = ("**Budget**:", "**Paused trials**:")
+
+
+def progress_line(budget: str | None, paused: int | None) -> str:
+    """'**Budget**: 120/300 epochs (180 left) · **paused trials**: 7' (either part alone)."""
+    if budget is not None:
+        line = f"**Budget**: {budget}"
+        return line if paused is None else f"{line} · **paused trials**: {paused}"
+    return f"**Paused trials**: {paused}"
+
+
+def refresh_progress_line(conn: Connection, study_id: int, line: str) -> None:
+    """Put `line` under the heading of the study's note (replacing the progress line there),
+    in the transaction `conn`, which holds the study's lock (writers take turns). The rest
+    of the note, edits made in the dashboard included, stays as it is; nothing is written
+    when the line is unchanged."""
+    t = study_system_attributes.c
+    rows = conn.execute(
+        sa.select(t.key, t.value_json).where(t.study_id == study_id, t.key.like("dashboard:note%"))
+    ).all()
+    attrs = {key: json.loads(value) for key, value in rows}
+    chunks = [k for k in attrs if k.startswith(_NOTE_CHUNK)]
+    body = "".join(attrs[f"{_NOTE_CHUNK}{i}"] for i in range(len(chunks)))
+    lines = body.split("\n") if body else []
+    at = next((i for i, x in enumerate(lines) if x.startswith(_PROGRESS_STARTS)), None)
+    if at is not None:
+        if lines[at] == line:
+            return
+        lines[at] = line
+    elif lines and lines[0].startswith("#"):
+        lines[1:1] = ["", line]
+    else:
+        lines[0:0] = [line, ""]
+    body = "\n".join(lines)
+    new = {
+        f"{_NOTE_CHUNK}{i}": body[start : start + _CHUNK_CHARS]
+        for i, start in enumerate(range(0, len(body), _CHUNK_CHARS))
+    }
+    new.update({f"{_NOTE_CHUNK}{i}": "" for i in range(len(new), len(chunks))})
+    new[_NOTE_VERSION] = int(attrs.get(_NOTE_VERSION, 0)) + 1
+    upsert_attributes(conn, study_system_attributes, study_id, new)
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -54,8 +121,17 @@ def study_note(study: StudyRef, storage: Storage, argv: Sequence[str]) -> str:
     """The Markdown note for a study created by the command `argv` (without the program)."""
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     s = study.config.study
+    s_paused = study.config.pruner.pauses
+    spent = budget_spent(s, 0, None)
+    progress = (
+        progress_line(None if spent is None else budget_line(spent), 0 if s_paused else None)
+        + "\n\n"
+        if spent is not None or s_paused
+        else ""
+    )
     return (
         f"## {study.name}\n\n"
+        f"{progress}"
         f"Created by `{command_line(argv)}` on {socket.gethostname()}, {when}.\n\n"
         f"Storage: `{storage.safe_url}`. Metric: `{s.metric}` ({s.direction}), "
         f"{_limits(study)}, sampler `{s.sampler}`, pruner `{study.config.pruner.type}`. "
@@ -95,9 +171,10 @@ def _progress(study: StudyRef) -> str:
     if not study.config.study.has_budget:
         return ""
     return (
-        "**Budget used and left**: the study's user attribute `budget` (Study User Attributes, "
-        "below), written by the workers as they train; `hpsearch status --study NAME` reads "
-        "it live.\n\n"
+        "**Budget used and left**: the line at the top of this note, and the study's user "
+        "attribute `budget` (Study User Attributes, below), written by the workers as they "
+        "train (at most every 5 s; reload the page); `hpsearch status --study NAME` reads it "
+        "live.\n\n"
     )
 
 

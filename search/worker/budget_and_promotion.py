@@ -39,6 +39,7 @@ from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
 from search.pruning.adaptive import RungSchedule
 from search.pruning.promotion import Rungs
+from search.study.note import progress_line, refresh_progress_line
 from search.study.spending import budget_line, budget_spent, hours_since
 from search.study.studies import StudyRef
 
@@ -82,6 +83,10 @@ def publish_progress(storage: Storage, study: StudyRef) -> None:
         if pausing:
             attrs[PAUSED_ATTR] = pauses.paused_count(conn, sid)
         upsert_attributes(conn, study_user_attributes, sid, attrs)
+        if attrs:  # and at the top of the study's note, where the dashboard shows it first
+            refresh_progress_line(
+                conn, sid, progress_line(attrs.get(BUDGET_ATTR), attrs.get(PAUSED_ATTR))
+            )
 
 
 class StudyLimits:

@@ -47,9 +47,12 @@ def resolve_task(name: str) -> TaskFactory:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and module_name.startswith(exc.name):
+            top = exc.name.split(".")[0]
             raise TaskImportError(
-                f"task {name!r}: no module named {exc.name!r} (looked in the current directory "
-                "and on sys.path)"
+                f"task {name!r}: no module named {exc.name!r} in the current directory "
+                f"({os.getcwd()}) nor on sys.path: run from the directory that holds {top}/ "
+                "(for hpsearch's own examples, the repository's root) or add that directory "
+                "to PYTHONPATH"
             ) from None
         raise TaskImportError(f"task {name!r}: importing {module_name!r} failed: {exc}") from None
     except Exception as exc:

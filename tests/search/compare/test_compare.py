@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from search.compare.plan import (
     plan_compare,
 )
 from search.compare.plots import write_plots
+from search.compare.report import report_blocks
 from search.compare.run import prepare_studies
 from search.compare.statistics import summarize
 from search.db.storage import open_storage
@@ -131,8 +135,11 @@ def test_compare_summary_is_what_the_studies_hold(
         assert s["mean"] == pytest.approx(sum(s["best_per_repeat"]) / 2)
     assert summary["strategies"]["grid"]["distinct_values"]["lr"] == [2, 2]  # a 2 x 2 grid
     assert summary["strategies"]["random"]["distinct_values"]["lr"] == [4, 4]
-    # Two repeats cannot show a difference at 0.05: the report says so and names no winner.
-    assert any("no significant difference" in c for c in summary["conclusions"])
+    # Two repeats cannot show a difference at 0.05: the report says so and names no winner,
+    # but still says by how much the leader is ahead.
+    (test,) = summary["tests"]
+    (line,) = [c for c in summary["conclusions"] if "not significant with 2 repeats" in c]
+    assert line.startswith(f"{test['leader']} ends ") and f"than {test['other']}" in line
     assert not any("beats" in c for c in summary["conclusions"])
 
     for name in (
@@ -213,6 +220,34 @@ def test_exactly_once_grid_with_16_workers(pg_url: str, study_name: str) -> None
     assert points == {(a, b) for a in grid["lr"] for b in grid["dropout"]}
 
 
+def _dump(path: Path) -> list[str]:
+    """The database's content as SQL (the file's bytes change when SQLite checkpoints its
+    write-ahead log, with no change in content)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return list(db.iterdump())
+
+
+def test_compare_without_storage_leaves_the_users_database_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user's own study sits in ./hpsearch.db (and $HPSEARCH_STORAGE names it); compare
+    without --storage puts its studies in OUT/compare.db and does not touch hpsearch.db."""
+    monkeypatch.chdir(tmp_path)
+    own = tmp_path / "hpsearch.db"
+    monkeypatch.setenv("HPSEARCH_STORAGE", f"sqlite:///{own}")
+    config = write_config(tmp_path, "mine")
+    assert main(["create", str(config)]) == 0
+    before = _dump(own)
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--budget", "2", "--repeats", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert f"in sqlite:///{out / 'compare.db'}" in capsys.readouterr().err
+    assert _dump(own) == before
+    assert optuna.get_all_study_names(f"sqlite:///{own}") == ["mine"]
+    assert optuna.get_all_study_names(f"sqlite:///{out / 'compare.db'}") == ["mine-random-r1"]
+    assert (out / "summary.json").exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -236,22 +271,25 @@ def test_bad_input_is_exit_2_and_writes_nothing(
     assert not db.exists() and not out.exists()
 
 
-def _runs(label: str, bests: list[float]) -> list[RunResult]:
+def _runs(label: str, bests: list[float], maximize: bool = True) -> list[RunResult]:
     return [
         RunResult(
             name=f"s-{label}-r{k}",
             label=label,
             repeat=k,
             seed=k,
-            maximize=True,
+            maximize=maximize,
             trials=[TrialPoint(number=0, state="COMPLETE", value=b, params={"lr": 0.1}, epochs=3)],
         )
         for k, b in enumerate(bests, start=1)
     ]
 
 
-def _summary(a: list[float], b: list[float]) -> dict[str, Any]:
+def _summary(a: list[float], b: list[float], direction: str = "maximize") -> dict[str, Any]:
     config = space_config("s")
+    config = dataclasses.replace(
+        config, study=dataclasses.replace(config.study, direction=direction)
+    )
     request = CompareRequest(
         config_path="c.toml",
         config=config,
@@ -261,7 +299,9 @@ def _summary(a: list[float], b: list[float]) -> dict[str, Any]:
         out_dir=Path("."),
         target=None,
     )
-    return summarize(_runs("random", a) + _runs("tpe", b), request, config.space, None)
+    maximize = direction == "maximize"
+    runs = _runs("random", a, maximize) + _runs("tpe", b, maximize)
+    return summarize(runs, request, config.space, None)
 
 
 def test_the_report_names_a_winner_only_on_evidence() -> None:
@@ -272,14 +312,46 @@ def test_the_report_names_a_winner_only_on_evidence() -> None:
     apart = _summary([0.90, 0.91, 0.92, 0.93, 0.94, 0.95], [0.80, 0.81, 0.82, 0.83, 0.84, 0.85])
     (test,) = apart["tests"]
     assert test["significant"] and test["a_better_share"] == 1.0
-    assert apart["conclusions"][0].startswith("random beats tpe")
+    assert apart["conclusions"][0].startswith(
+        "random beats tpe: random ends 0.1 higher than tpe (95% interval "
+    )
+    assert "random ahead in 36 of 36 pairings; significant (" in apart["conclusions"][0]
 
     mixed = _summary([0.90, 0.82, 0.93, 0.84, 0.95, 0.81], [0.91, 0.83, 0.92, 0.85, 0.80, 0.94])
     assert not mixed["tests"][0]["significant"]
-    assert mixed["conclusions"][0].startswith("random vs tpe: no significant difference")
+    assert "not significant with 6 repeats" in mixed["conclusions"][0]
     # The target is a pooled quantile of all runs: 3 runs in 4 or more reached it.
     reached = sum(s["reached_target"] for s in mixed["strategies"].values())
     assert reached == 10 and mixed["target"]["value"] == 0.82
+
+
+def test_the_effect_reads_the_right_way_round_whatever_the_test_says() -> None:
+    """The issue's case: 3 repeats, one strategy ahead in every pairing. No test can be
+    significant, yet the report says who leads, by how much and in how many pairings; the
+    pairing table names the leader (no 'first better in 0%' to read backwards)."""
+    few = _summary([0.905, 0.907, 0.909], [0.945, 0.947, 0.949])
+    (test,) = few["tests"]
+    assert not test["significant"]
+    assert (test["leader"], test["other"], test["leader_ahead"], test["pairings"]) == (
+        "tpe",
+        "random",
+        9,
+        9,
+    )
+    assert test["difference"] == pytest.approx(0.04)
+    low, high = test["difference_ci95"]
+    assert 0 < low <= 0.04 <= high
+    line = few["conclusions"][0]
+    assert line.startswith(f"tpe ends 0.04 higher than random (95% interval {low:.3g} to ")
+    assert "tpe ahead in 9 of 9 pairings; not significant with 3 repeats" in line
+    assert "no difference could be significant" in line
+    blocks = report_blocks(few, [])
+    (table,) = [b for b in blocks if b[0] == "table" and b[1][0] == "pair"]
+    (row,) = table[2]
+    assert "tpe in 9 of 9" in row and row[4].startswith("tpe +0.04 (")
+    # Minimize: the leader is the lower mean, 'lower' is the way it is ahead.
+    lower = _summary([0.5, 0.6, 0.7], [0.3, 0.4, 0.5], direction="minimize")
+    assert lower["conclusions"][0].startswith("tpe ends 0.2 lower than random (95% interval ")
 
 
 def test_plots_keep_grid_points_whole_and_count_trials_in_whole_numbers(
