@@ -215,7 +215,13 @@ class Worker:
             self._recorder.tracking.close(
                 study_done=reason == "done", hurry=signals.received is not None
             )
-        logger.info("worker %s leaves (%s) after %d trials", me.worker_id, reason, self.trials_run)
+        why = "the study is done" if reason == "done" else reason
+        logger.info(
+            "worker %s leaves (%s); it ran %d of the study's trials",
+            me.worker_id,
+            why,
+            self.trials_run,
+        )
         return signals.exit_code
 
     def _leave(self, reason: str) -> None:
