@@ -96,11 +96,17 @@ def sweep(storage: Storage, store: Any, study: StudyRef) -> Sweep:
 
 def record_provenance(storage: Storage, claim: Claim, attrs: dict[str, Any]) -> None:
     """Write a trial's provenance (host, worker, epochs trained, resumed_from ...) while this
-    worker still holds it (fenced): for a trial that pauses at a rung or is handed back, which
-    may end later without this worker (a study that ends on its budget ends them PRUNED)."""
+    worker still holds it (fenced), in place of what an earlier run of it wrote: for a trial
+    that pauses at a rung or is handed back, which may end later without this worker (a study
+    that ends on its budget ends them PRUNED), and for a resumed trial that ends here (keys only
+    the earlier run had, e.g. `data_parallel`, would otherwise describe this run)."""
+    a = trial_user_attributes
     with storage.transaction() as conn:
         fence(conn, claim)
-        upsert_attributes(conn, trial_user_attributes, claim.trial_id, attrs)
+        conn.execute(
+            sa.delete(a).where(a.c.trial_id == claim.trial_id, a.c.key.not_in(list(attrs)))
+        )
+        upsert_attributes(conn, a, claim.trial_id, attrs)
 
 
 def describe(done: Sweep) -> str:

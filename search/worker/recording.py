@@ -126,6 +126,12 @@ class TrialRecorder:
         if by_budget:
             system_attrs["hpsearch:ended_by"] = "budget"
         user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
+        if run.previous_worker is not None:
+            # Resumed: this run's provenance replaces what the run before it recorded.
+            self.health.retry(
+                lambda: leftovers.record_provenance(self.storage, claim, user_attrs),
+                "record the trial's provenance",
+            )
         self.health.retry(
             lambda: fenced_writes.finish(
                 self.storage, claim, end.state, end.value, user_attrs, system_attrs, ending.leftover
