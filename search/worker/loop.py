@@ -217,9 +217,10 @@ class Worker:
             )
         why = "the study is done" if reason == "done" else reason
         logger.info(
-            "worker %s leaves (%s); it ran %d of the study's trials",
+            "worker %s leaves (%s); it trained %d trial run(s), %d of them to the trial's end",
             me.worker_id,
             why,
+            self._recorder.runs,
             self.trials_run,
         )
         return signals.exit_code

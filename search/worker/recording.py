@@ -79,12 +79,14 @@ class TrialRecorder:
         )
         self.rules, self.health, self.tracking = rules, health, tracking
         self.keep_checkpoints = keep_checkpoints
-        self.trials_run = 0
+        self.trials_run = 0  # trials this worker recorded the end of
+        self.runs = 0  # trial runs it trained, paused and handed back ones included
 
     def record(self, ending: Ending) -> None:
         self.health.raise_if_gone()
         if isinstance(ending.reason, Lost):
             return
+        self.runs += 1
         self.tracking.trial_ended(
             ending.run, ending.outcome, paused=isinstance(ending.reason, Paused)
         )

@@ -252,7 +252,7 @@ def test_a_worker_fails_what_cannot_fit_before_training_and_goes_on(
             assert trial.user_attrs["epochs_trained"] == 1
             assert check["verdict"].startswith("fits")
             assert check["peak_bytes"] <= 0.9 * limit
-    assert "leaves (the study is done); it ran 4 of the study's trials" in worker.stderr
+    assert "leaves (the study is done); it trained 4 trial run(s), 4 of them" in worker.stderr
 
 
 @pytest.mark.slow
