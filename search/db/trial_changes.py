@@ -51,6 +51,7 @@ __all__ = [
     "STATES",
     "ChangeCursor",
     "TrialCache",
+    "light_trial",
     "param_value",
     "read_changed_trials",
     "read_curves",
@@ -277,7 +278,7 @@ class TrialCache:
         params here yet: the next refresh reads it whole)."""
         with self.lock:
             if trial_id not in self._trials:
-                self._trials[trial_id] = _trial(trial_id, number, TrialState.RUNNING)
+                self._trials[trial_id] = light_trial(trial_id, number, TrialState.RUNNING)
                 self._cursor.unfinished.add(trial_id)
                 self.version += 1
 
@@ -451,7 +452,15 @@ def _read_changes(
     return out
 
 
-def _trial(trial_id: int, number: int, state: TrialState) -> FrozenTrial:
+def light_trial(
+    trial_id: int,
+    number: int,
+    state: TrialState,
+    system_attrs: dict[str, Any] | None = None,
+    intermediate_values: dict[int, float] | None = None,
+) -> FrozenTrial:
+    """A trial with only what the pruners and the samplers' bookkeeping read; params, values
+    and user attributes left empty."""
     return FrozenTrial(
         number=number,
         state=state,
@@ -462,7 +471,7 @@ def _trial(trial_id: int, number: int, state: TrialState) -> FrozenTrial:
         params={},
         distributions={},
         user_attrs={},
-        system_attrs={},
-        intermediate_values={},
+        system_attrs=system_attrs or {},
+        intermediate_values=intermediate_values or {},
         trial_id=trial_id,
     )

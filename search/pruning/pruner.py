@@ -31,10 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from search.db.storage import Storage, is_transient
-from search.db.trial_changes import RUNG_PREFIX
+from search.db.trial_changes import RUNG_PREFIX, light_trial
 from search.pruning.promotion import RungTable
 from search.pruning.pruners import HyperbandPruner, make_pruner
 from search.pruning.storage import PruningStorage
@@ -112,7 +112,7 @@ class Pruner:
                     return self._halving_decision(
                         trial_id, known.number, known.system_attrs, intermediate_values
                     )
-                trial = _light_trial(
+                trial = light_trial(
                     trial_id,
                     known.number,
                     TrialState.RUNNING,
@@ -212,27 +212,3 @@ class Pruner:
             if better > promotable:
                 return True
             rung += 1
-
-
-def _light_trial(
-    trial_id: int,
-    number: int,
-    state: TrialState,
-    system_attrs: dict[str, Any],
-    intermediate_values: dict[int, float],
-) -> FrozenTrial:
-    """A trial with what pruners read; params, values and user attributes left empty."""
-    return FrozenTrial(
-        number=number,
-        state=state,
-        value=None,
-        values=None,
-        datetime_start=None,
-        datetime_complete=None,
-        params={},
-        distributions={},
-        user_attrs={},
-        system_attrs=system_attrs,
-        intermediate_values=intermediate_values,
-        trial_id=trial_id,
-    )
