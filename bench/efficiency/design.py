@@ -200,7 +200,6 @@ def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data:
 
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
     name, instance, seed, budget, metric, data, key = args
-    os.nice(10)
     t0 = time.perf_counter()
     run = run_one(name, instance, seed, budget, metric, data)
     return key, {
@@ -318,7 +317,7 @@ def _run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instances", default=",".join(DEV))
-    parser.add_argument("--strategies", default="main-default,default," + ",".join(REFERENCES))
+    parser.add_argument("--strategies", default="default," + ",".join(REFERENCES))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--budget-epochs", type=int, default=5000)
     parser.add_argument(
