@@ -50,8 +50,8 @@ __all__ = [
     "MODES",
     "FidelitySampler",
     "across_fidelities",
-    "good_trials",
     "fidelity_view",
+    "good_trials",
     "trial_as",
     "uses_fidelities",
 ]
