@@ -31,8 +31,10 @@ import json
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +67,15 @@ PRELOAD = [
 """What the fork server imports once, before any worker forks from it."""
 
 
+WORKER_EVENTS = {
+    "self-fenced": "no heartbeat has reached the database for",
+    "trial lost": "was taken over by another worker",
+    "worker reaped": "went silent for longer than its grace period",
+}
+"""What a worker logs when its heartbeat did not get through in time (it stops its trial), when
+its trial went to another worker, and when it queued a silent worker's trial again."""
+
+
 # -- a worker process ------------------------------------------------------------------------------
 
 
@@ -84,12 +95,15 @@ class LoggedTrial:
     def __call__(self, run: Any) -> Any:
         start = time.time()
         self._log(run.number, start, "start")
-        report = run.report
+        # A trial stopped by the self-fence and going on in this worker comes back with the run
+        # it was handed: its report is this wrapper already.
+        report = getattr(run.report, "__wrapped__", run.report)
 
         def logged(epoch: int, value: float) -> bool:
             self._log(run.number, start, "epoch", epoch)  # trained (slept for), now reported
             return bool(report(epoch, value))
 
+        logged.__wrapped__ = report  # type: ignore[attr-defined]
         run.report = logged
         return self.inner(run)
 
@@ -170,6 +184,8 @@ class Fleet:
     peak_clients: int = 0
     peak_waiting_clients: int = 0
     max_wait_ms: float = 0.0
+    events: Counter[str] = field(default_factory=Counter)
+    """What the workers' logs say happened: self-fences, trials lost, workers reaped."""
     rss_mib: list[float] = field(default_factory=list)
     pss_mib: list[float] = field(default_factory=list)
     load: str = ""
@@ -186,10 +202,14 @@ class Fleet:
             found.append(f"{self.epochs_trained} epochs trained > budget {self.budget}")
         if self.epochs_reported > self.budget:
             found.append(f"{self.epochs_reported} epochs reported > budget {self.budget}")
-        if not self.killed and not (self.epochs_reported == self.epochs_trained == self.budget):
+        if (
+            not self.killed
+            and not self.events
+            and not (self.epochs_reported == self.epochs_trained == self.budget)
+        ):  # without a death (real, or a silent worker's) every epoch counts once
             found.append(
-                f"no kill, yet reported {self.epochs_reported} / trained {self.epochs_trained}"
-                f" / budget {self.budget} differ"
+                f"no worker died, yet reported {self.epochs_reported} / trained "
+                f"{self.epochs_trained} / budget {self.budget} differ"
             )
         for state in ("RUNNING", "WAITING", "FAIL"):
             if self.states.get(state):
@@ -223,6 +243,7 @@ class Fleet:
             f"{self.epochs_reported}, trained {self.epochs_trained} "
             f"({self.epochs_repeated} repeated after a kill)",
             f"killed workers' trials at the end: {self.killed_trials or '-'}",
+            f"workers' logs: {dict(self.events) or 'no fence, loss or reap'}",
             f"server connections to the database: peak {self.peak_server_connections}, "
             f"mean {self.mean_server_connections:.1f}; PgBouncer clients: peak "
             f"{self.peak_clients}, peak waiting {self.peak_waiting_clients}, max wait "
@@ -250,8 +271,12 @@ def run_fleet(
     grace_s: float = 20.0,
     seed: int = 0,
     timeout_s: float = 1800.0,
+    keep: str | None = None,
 ) -> Fleet:
-    """One fleet on a fresh database of the local server, behind a fresh PgBouncer."""
+    """One fleet on a fresh database of the local server, behind a fresh PgBouncer; `keep`: a
+    folder to copy the workers' logs, the runs' log and a dump of the database to."""
+    import sqlalchemy as sa
+
     from tests.helpers.pgbouncer import pgbouncer
     from tests.helpers.postgres import fresh_database, migrated
 
@@ -265,6 +290,12 @@ def run_fleet(
         study = _create_study(direct, budget, seed)
         _run(fleet, direct, bouncer, study, kill, data, tmp, seed, timeout_s)
         _check(fleet, direct, study, Path(tmp) / "runs.jsonl")
+        if keep is not None:
+            shutil.copytree(tmp, keep, dirs_exist_ok=True)
+            url = sa.engine.make_url(direct)
+            where = ["-h", str(url.host), "-p", str(url.port or 5432), "-U", str(url.username)]
+            dump = ["pg_dump", *where, "-d", str(url.database), "-f", f"{keep}/db.sql"]
+            subprocess.run(dump, check=False)
     return fleet
 
 
@@ -518,6 +549,11 @@ def _check(fleet: Fleet, url: str, study: str, log: Path) -> None:
             if event["event"] == "epoch":
                 trained[(event["x"], event["epoch"])] += 1
         fleet.overlapping_runs = overlapping_runs(log)
+    for path in log.parent.glob("worker-*.log"):
+        text = path.read_text()
+        for event, words in WORKER_EVENTS.items():
+            fleet.events[event] += text.count(words)
+    fleet.events = +fleet.events  # the nonzero ones
     fleet.epochs_trained = sum(trained.values())
     fleet.epochs_repeated = sum(n - 1 for n in trained.values())
     for number in fleet.killed_trials:
@@ -540,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace-s", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout-s", type=float, default=1800.0)
+    parser.add_argument("--keep", default=None, help="a folder for the logs and a dump")
     args = parser.parse_args(argv)
     from bench.efficiency.design import DEV  # the only LCBench instances ever run
 
@@ -574,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
         grace_s=args.grace_s,
         seed=args.seed,
         timeout_s=args.timeout_s,
+        keep=args.keep,
     )
     print(fleet.summary())
     return 1 if fleet.anomalies() else 0
