@@ -599,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"fleet: error: {problems[0]}", file=sys.stderr)
         return 2
+    # SIGTERM (a background job's Ctrl-C is ignored): the workers, PgBouncer and the database
+    # are cleaned up on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fleet = run_fleet(
         args.workers,
         budget=args.budget,
