@@ -159,7 +159,7 @@ class Fleet:
     grace_s: float
     wall_s: float = 0.0
     started_s: float = 0.0
-    """Seconds until every worker had registered."""
+    """Seconds until every worker had registered (0: not all did)."""
     states: Counter[str] = field(default_factory=Counter)
     trials: int = 0
     numbers_ok: bool = False
@@ -249,7 +249,13 @@ class Fleet:
             f"{self.peak_clients}, peak waiting {self.peak_waiting_clients}, max wait "
             f"{self.max_wait_ms:.0f} ms",
             f"memory: {rss}",
-            f"wall {self.wall_s:.1f} s (all registered after {self.started_s:.1f} s), "
+            f"wall {self.wall_s:.1f} s ("
+            + (
+                f"all registered after {self.started_s:.1f} s"
+                if self.started_s
+                else "not every worker registered"
+            )
+            + "), "
             f"{done / self.wall_s if self.wall_s else 0:.2f} trials/s, "
             f"{self.epochs_reported / self.wall_s if self.wall_s else 0:.1f} epochs/s",
             f"load: {self.load}",
