@@ -7,19 +7,13 @@ Set HPSEARCH_TEST_PG_ADMIN to an admin URL if the server is not the local one on
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
+from tests.helpers.pgbouncer import PgBouncerError, pgbouncer
 from tests.helpers.postgres import fresh_database, migrated, private_postgres
 
 POSTGRES_FIXTURES = frozenset({"pg_url", "private_pg", "pgbouncer_url"})
@@ -66,54 +60,10 @@ def private_pg() -> Iterator[tuple[str, Callable[..., None]]]:
 
 @pytest.fixture(scope="session")
 def pgbouncer_url(pg_url: str) -> Iterator[str]:
-    """The session's database behind a real PgBouncer in transaction pooling (Debian's
-    `pgbouncer`, started here on a free loopback port, stopped after)."""
-    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
-    if not os.path.exists(binary):
-        pytest.fail("the pooling test needs PgBouncer: apt-get install -y pgbouncer", pytrace=False)
-    target = sa.engine.make_url(pg_url)
-    root = Path(tempfile.mkdtemp(prefix="hpsearch-test-pgbouncer-"))
-    root.chmod(0o755)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (root / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"{target.database} = host={target.host} port={target.port or 5432} "
-        f"dbname={target.database} user={target.username}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        "auth_type = any\npool_mode = transaction\n"
-        "max_client_conn = 400\ndefault_pool_size = 20\n"
-        f"logfile = {root / 'pgbouncer.log'}\npidfile = {root / 'pgbouncer.pid'}\n"
-        "ignore_startup_parameters = extra_float_digits,options\n"
-    )
-    as_owner: list[str] = []
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root
-        shutil.chown(root, "postgres")
-        as_owner = ["runuser", "-u", "postgres", "--"]
-    process = subprocess.Popen([*as_owner, binary, str(root / "pgbouncer.ini")])
-    url = target.set(port=port).render_as_string(hide_password=False)
+    """The session's database behind a real PgBouncer in transaction pooling
+    (`tests.helpers.pgbouncer`)."""
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    log = (
-                        (root / "pgbouncer.log").read_text()
-                        if (root / "pgbouncer.log").exists()
-                        else ""
-                    )
-                    pytest.fail(f"PgBouncer did not start: {log[-2000:]}", pytrace=False)
-                time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        shutil.rmtree(root, ignore_errors=True)
+        with pgbouncer(pg_url) as bouncer:
+            yield bouncer.url
+    except PgBouncerError as exc:  # not installed, or did not start
+        pytest.fail(str(exc), pytrace=False)

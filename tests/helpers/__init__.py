@@ -8,6 +8,7 @@
   `objectives`: in-process workers on synthetic learning curves;
 - tasks a study names by ``package.module:function``: `tiny_task`, `held_task`,
   `device_fault_task`, `rank_faults`; the trainer's `toy_task`;
+- `pgbouncer`: a real PgBouncer in transaction pooling in front of a database;
 - `dashboard_process`, `tcp_proxy`, `slurm_cluster`, `trackers` (an MLflow server, a tracked
   study), `wandb_files` (W&B offline runs read back).
 """

@@ -241,14 +241,14 @@ def run_soak(
         "attempts": len(poisoned.system_attrs.get("hpsearch:failed_attempts", [])),
         "reason": poisoned.system_attrs.get("fail_reason"),
     }
-    soak.overlapping_runs = _overlapping_runs(workdir / "runs.jsonl")
+    soak.overlapping_runs = overlapping_runs(workdir / "runs.jsonl")
     soak.resumed_after_pause = sum(
         1 for t in trials if "hpsearch:paused_at" in t.system_attrs and t.state.name == "COMPLETE"
     )
     return soak
 
 
-def _overlapping_runs(log: Path) -> list[str]:
+def overlapping_runs(log: Path) -> list[str]:
     """Runs of one trial (its x) by two processes whose lifetimes overlap."""
     runs: dict[tuple[float, int, float], list[float]] = defaultdict(list)
     for line in log.read_text().splitlines():
