@@ -71,6 +71,13 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # What search/ runs now (search.sampling.samplers.make_sampler and search.pruning.adaptive's
     # defaults).
     "default": {"kind": "asha", "real": True},
+    # The default with TPE's view bounded past `start` trials (search/sampling/bounded.py).
+    "bounded": {"kind": "asha", "real": True, "bound": {"best": 50, "recent": 200, "start": 300}},
+    "bounded-tight": {
+        "kind": "asha",
+        "real": True,
+        "bound": {"best": 30, "recent": 100, "start": 150},
+    },
 }
 
 CODE = {
@@ -83,6 +90,7 @@ CODE = {
         "search/pruning/adaptive.py",
         "search/sampling/multifidelity.py",
         "search/sampling/samplers.py",
+        "search/sampling/bounded.py",
     ],
 }
 """The files whose code makes a study of each kind (its cache key holds their hash)."""
@@ -187,6 +195,10 @@ def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data:
             {"tpe": {"multivariate": False, "constant_liar": True}, "min_points": MIN_POINTS},
             seed,
         )
+        if spec.get("bound") is not None:
+            from search.sampling.bounded import bound
+
+            sampler = bound(sampler, **spec["bound"])
         adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
         return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
     sampler = make_variant(

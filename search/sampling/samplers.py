@@ -28,6 +28,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search.sampling.bounded import bound
 from search.sampling.multifidelity import across_fidelities, good_trials, uses_fidelities
 from search.study.settings import StudyConfig
 from search.study.space import CategoricalParam, FloatParam, Param
@@ -120,7 +121,9 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
                 n_startup_trials=STARTUP_TRIALS["tpe"],
                 **({"gamma": good_trials} if fidelities else {}),
             )
-            return across_fidelities(config, tpe)
+            # Past 1,000 trials TPE sees a bounded view of the study (its good set
+            # kept whole): its cost per trial stops growing (search/sampling/bounded.py).
+            return bound(across_fidelities(config, tpe))
         # Grid and QMC walk one sequence (a shuffled grid, a scrambled Sobol sequence) indexed
         # by trial number or a counter in the study: every process must use the same seed.
         if name == "grid":
