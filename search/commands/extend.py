@@ -78,7 +78,8 @@ def cmd_extend(args: argparse.Namespace) -> int:
         storage.close()
     print(
         f"study {study.name!r}: {_show(wanted)} ({used.epochs} epochs and {used.trials} trials "
-        f"spent); start workers to continue: hpsearch worker --study {study.name}"
+        f"spent); workers running now spend it too; to start more: "
+        f"hpsearch worker --study {study.name}"
     )
     return EXIT_OK
 

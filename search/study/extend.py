@@ -5,22 +5,28 @@ The stored config takes the new values, so every worker that joins spends the ne
 epoch counter keeps what was spent); trials paused at a rung when the study ended become
 promotable again (`search.db.reopen`); the sampler keeps its history (the trials stay). A value
 below what was already spent, adding or removing a budget, or any other change is refused.
-Workers already running keep the budget they started with: start them again to spend more.
+Workers already running take the new budgets too: before one ends a trial or the study for a
+spent budget, or stops sampling at n_trials, it reads the stored budgets again (`reread_budgets`,
+one row).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from dataclasses import replace
 from typing import Any
 
+import sqlalchemy as sa
+
 from search.db.reopen import reopen_paused, spent
 from search.db.storage import Storage
 from search.db.studies import CONFIG_ATTR
+from search.db.tables import study_system_attributes
 from search.study.settings import ConfigError, StudyConfig
 
-__all__ = ["BUDGET_KEYS", "budget_changes", "extend_study"]
+__all__ = ["BUDGET_KEYS", "budget_changes", "extend_study", "reread_budgets"]
 
 logger = logging.getLogger("search.study.extend")
 
@@ -83,3 +89,20 @@ def extend_study(storage: Storage, study: Any, config: StudyConfig) -> Any | Non
         len(reopened),
     )
     return replace(study, config=config)
+
+
+def reread_budgets(storage: Storage, study: Any) -> Any | None:
+    """`study` (a StudyRef) with the budgets stored now, if they changed since it was read (a
+    running worker's view after `hpsearch extend`); None if they did not. One row is read."""
+    a = study_system_attributes
+    with storage.autocommit() as conn:
+        raw = conn.execute(
+            sa.select(a.c.value_json).where(a.c.study_id == study.study_id, a.c.key == CONFIG_ATTR)
+        ).scalar()
+    if raw is None:
+        return None  # the study is gone: the worker's own checks say so
+    stored = json.loads(raw)["study"]
+    now = {k: stored.get(k) for k in BUDGET_KEYS}
+    if all(getattr(study.config.study, k) == v for k, v in now.items()):
+        return None
+    return replace(study, config=study.config.with_study(**now))
