@@ -71,7 +71,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
         if len(same) == len(wanted):
             raise ConfigError(f"study {study.name!r} already has {_show(wanted)}")
         config = study.config.with_study(**wanted)
-        extended = extend_study(storage, study, config)
+        extended = extend_study(storage, study, config, may_lower=True)
         assert extended is not None  # only budgets changed
         used = spent(storage, study.study_id)
     finally:

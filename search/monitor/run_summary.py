@@ -37,6 +37,10 @@ def artifacts_place(storage: Storage, directory: str | None) -> str:
     return f"{db}.artifacts/" if db is not None else "beside the database"
 
 
+def _in(place: str) -> str:
+    return place if place.startswith(("in ", "beside ")) else f"in {place}"
+
+
 def run_summary(
     status: StudyStatus,
     storage: Storage,
@@ -46,7 +50,7 @@ def run_summary(
     already: bool = False,
 ) -> str:
     """The closing lines of `hpsearch run` (`already`: the study was finished before this run;
-    `default_storage`: no --storage or $HPSEARCH_STORAGE, so the next commands need none)."""
+    `default_storage`: no --storage or --schema, so the next commands need none)."""
     name = status.study
     counts = ", ".join(
         f"{getattr(status, k)} {k}"
@@ -60,8 +64,8 @@ def run_summary(
         head = f"{status.finished_text.replace('finished', 'trials')} ({counts})"
         kept = (
             "the best trial's final weights (hpsearch best --weights), those of trials paused "
-            "at a rung when the study ended (a raised budget promotes them) and reports, in "
-            f"{artifacts_place(storage, artifacts)}; the other ended trials' are deleted "
+            "at a rung when the study ended (a raised budget promotes them) and reports, "
+            f"{_in(artifacts_place(storage, artifacts))}; the other ended trials' are deleted "
             "(hpsearch delete removes the rest with the study)"
         )
     else:  # stopped early: what exists, not only what finished

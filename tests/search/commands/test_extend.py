@@ -214,3 +214,39 @@ def test_workers_running_when_n_trials_is_raised_run_the_new_count(
 
     trials = optuna.load_study(study_name=study_name, storage=storage_url).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 10
+
+
+def test_a_config_run_again_after_extend_does_not_take_the_budget_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hpsearch extend` raised the budget; the user then runs the same config (its old budget)
+    again: refused with one line saying how to lower it on purpose, the raised budget kept.
+    `extend` itself may lower a budget (not below what was spent)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HPSEARCH_STORAGE", raising=False)
+    config = tmp_path / "study.toml"
+    config.write_text(ASHA.format(name="lower", direction="maximize"))  # budget_epochs = 30
+    assert run_cli(["create", str(config)]) == 0
+    assert run_cli(["extend", "--study", "lower", "--budget-epochs", "40"]) == 0
+    capsys.readouterr()
+    assert run_cli(["create", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hpsearch: error: study 'lower': study.budget_epochs 40 -> 30 would lower the study's "
+        "budget (raised with `hpsearch extend`?): raise it in the config too, or lower it on "
+        "purpose with hpsearch extend --study lower --budget-epochs 30"
+    ]
+    url = f"sqlite:///{tmp_path / 'hpsearch.db'}"
+    assert _stored_budget(url, "lower") == 40
+    assert run_cli(["extend", "--study", "lower", "--budget-epochs", "30"]) == 0
+    assert _stored_budget(url, "lower") == 30
+    assert run_cli(["create", str(config)]) == 0  # the same config again: nothing to change
+
+
+def _stored_budget(url: str, name: str) -> int | None:
+    storage = open_storage(url)
+    try:
+        study = find_study(storage, name)
+        assert study is not None
+        return study.config.study.budget_epochs
+    finally:
+        storage.close()

@@ -78,3 +78,45 @@ def test_ctrl_c_summary_counts_every_trial_and_says_how_to_continue(tmp_path: Pa
         "  continue: run the same command again (or hpsearch worker --study stopped)"
     )
     assert any(line.startswith("  leading paused: trial ") for line in rest), out
+
+
+TINY_BUDGET = """
+[study]
+name = "{name}"
+budget_epochs = 6
+sampler = "random"
+
+[pruner]
+type = "none"
+
+[task]
+name = "tests.helpers.tiny_task:make_task"
+epochs = 3
+
+[space]
+lr = {{ type = "float", low = 1e-4, high = 3e-1, log = true }}
+"""
+
+
+def test_run_summary_with_hpsearch_storage_names_next_commands_without_flags(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    """$HPSEARCH_STORAGE names the database: the "next:" commands need no --storage (they read
+    it too), and the checkpoints are said to be in the database (once)."""
+    (tmp_path / "study.toml").write_text(TINY_BUDGET.format(name=study_name))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    env |= {"PYTHONPATH": str(REPO), "HPSEARCH_STORAGE": pg_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "search", "run", "study.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert f"study '{study_name}' finished: " in out
+    assert "--storage" not in out and "in in " not in out
+    assert "and reports, in the database;" in out
+    assert f"next: hpsearch trials --study {study_name} (every trial)" in out
