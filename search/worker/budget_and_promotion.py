@@ -102,7 +102,7 @@ class StudyLimits:
         self.held = 0
         """Epochs this worker reserved and has not trained yet."""
         self.reread: Callable[[], bool] = lambda: False
-        """Read the study's stored budgets again; True if they grew (`StudyRules.more_budget`:
+        """Read the study's stored budgets again; True if they changed (`StudyRules.more_budget`:
         `hpsearch extend` while this worker runs). Asked only when a budget looks spent."""
 
     def adopt(self, study: StudyRef) -> None:
