@@ -79,7 +79,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     else:
         print(_describe(study, row))
     if target is not None:
-        say = f"trial {row.number}'s final weights ({size / 1e6:.1f} MB) written to {target}"
+        shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
+        say = f"trial {row.number}'s final weights ({shown}) written to {target}"
         # With --json/--format stdout is for machines: the note goes to stderr.
         print(say, file=sys.stderr if (args.json or args.format) else sys.stdout)
     return EXIT_OK

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from search.commands.common import (
-    SCHEMA_HELP,
     add_worker_flags,
     positive_int,
     storage_url,
@@ -80,7 +79,9 @@ def add_parser(sub: Any) -> None:
         help="where the compared studies go (default: sqlite:///DIR/compare.db under --out, "
         "apart from your own studies; $HPSEARCH_STORAGE is not used)",
     )
-    compare.add_argument("--schema", help=SCHEMA_HELP)
+    compare.add_argument(
+        "--schema", help="with --storage (PostgreSQL): the schema the compared studies go to"
+    )
     add_worker_flags(compare, keep=False)
     compare.set_defaults(handler=cmd_compare)
 
@@ -91,8 +92,14 @@ def _own_storage(out_dir: Path) -> str:
 
 def compare_storage_url(args: argparse.Namespace, out_dir: Path) -> str:
     """--storage (with --schema), else a SQLite file of its own under --out: the compared
-    studies never land in the user's own hpsearch.db (nor in $HPSEARCH_STORAGE's database)."""
-    if args.storage is None and args.schema is None:
+    studies never land in the user's own hpsearch.db (nor in $HPSEARCH_STORAGE's database);
+    --schema alone is a ConfigError."""
+    if args.storage is None:
+        if args.schema is not None:
+            raise ConfigError(
+                f"--schema {args.schema}: give --storage too (without it, the compared studies "
+                f"go to their own SQLite file, {out_dir / 'compare.db'}, which has no schemas)"
+            )
         return _own_storage(out_dir)
     return storage_url(args)
 

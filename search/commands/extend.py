@@ -71,14 +71,15 @@ def cmd_extend(args: argparse.Namespace) -> int:
         if len(same) == len(wanted):
             raise ConfigError(f"study {study.name!r} already has {_show(wanted)}")
         config = study.config.with_study(**wanted)
-        extended = extend_study(storage, study, config)
+        extended = extend_study(storage, study, config, may_lower=True)
         assert extended is not None  # only budgets changed
         used = spent(storage, study.study_id)
     finally:
         storage.close()
     print(
         f"study {study.name!r}: {_show(wanted)} ({used.epochs} epochs and {used.trials} trials "
-        f"spent); start workers to continue: hpsearch worker --study {study.name}"
+        f"spent); workers running now spend it too; to start more: "
+        f"hpsearch worker --study {study.name}"
     )
     return EXIT_OK
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -81,7 +80,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     url = storage_url(args)
     storage = open_storage(url, create=True)
     study, _ = _create(storage, config, args.argv)
-    default_storage = args.storage is None and not os.environ.get("HPSEARCH_STORAGE")
+    # The next commands need --storage only if this one had it ($HPSEARCH_STORAGE holds for them).
+    default_storage = args.storage is None and getattr(args, "schema", None) is None
     before = study_status(storage, study)
     if before.done:
         summary = run_summary(

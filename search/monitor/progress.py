@@ -11,7 +11,7 @@ from search.monitor.status import StudyStatus, study_status
 from search.study.studies import StudyRef, open_study
 from search.terminal import StatusLine
 
-__all__ = ["StudyProgress", "StudyProgressThread", "describe"]
+__all__ = ["StudyProgress", "StudyProgressThread", "describe", "progress_text"]
 
 
 class StudyProgress:
@@ -30,15 +30,7 @@ class StudyProgress:
                 s = study_status(self.storage, open_study(self.storage, self.study_name))
             except Exception:  # a line not redrawn this second costs nothing
                 return
-            best = (
-                ""
-                if s.best is None
-                else f" | best {s.metric} {s.best.value:.4g} (trial {s.best.number})"
-            )
-            self._text = (
-                f"{self.study_name}: {s.finished_text} "
-                f"({s.pruned} pruned), {s.running} running{best}"
-            )
+            self._text = f"{self.study_name}: {progress_text(s)}"
         self.line.show(self._text)
 
     def clear(self) -> None:
@@ -87,3 +79,16 @@ def describe(status: StudyStatus) -> str:
     spent = "" if epochs is None else f", {epochs['used']}/{epochs['budget']} epochs"
     of = f"/{status.n_trials}" if status.n_trials else ""
     return f"{status.finished}{of} trials done{pruned}{failed}{spent}, best {status.metric} {shown}"
+
+
+def progress_text(s: StudyStatus) -> str:
+    """``3 finished (2 pruned), 2 running, 9 paused | best val_accuracy 0.95 (trial 4) |
+    leading paused 0.986 (trial 7, rung 9)``: under ASHA the leader is often a paused trial,
+    long before (and beside) any finished one."""
+    paused = f", {s.paused} paused" if s.paused else ""
+    best = (
+        "" if s.best is None else f" | best {s.metric} {s.best.value:.4g} (trial {s.best.number})"
+    )
+    p = s.leading_paused
+    lead = "" if p is None else f" | leading paused {p.value:.4g} (trial {p.number}, rung {p.rung})"
+    return f"{s.finished_text} ({s.pruned} pruned), {s.running} running{paused}{best}{lead}"

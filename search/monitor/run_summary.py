@@ -8,7 +8,13 @@ what to run next.
     next: hpsearch trials --study digits (every trial) | hpsearch best --study digits (params to
           reuse, --weights) | hpsearch dashboard (charts) | hpsearch compare ...
 
-Stopped (Ctrl-C), it counts what exists and says that the same command continues the study.
+Stopped (Ctrl-C), it counts every trial that exists (queued ones included), says that the same
+command continues the study, and names the leading paused trial beside the best complete one:
+
+    study 'digits' stopped: 10 trials so far (0 complete, 6 paused, 4 queued)
+      continue: run the same command again (or hpsearch worker --study digits)
+      best: none yet (no complete trial)
+      leading paused: trial 3  val_accuracy 0.947222 at rung 3 (not finished: waits for promotion)
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import shlex
 
 from search.db.storage import Storage
-from search.monitor.status import StudyStatus, format_best
+from search.monitor.status import StudyStatus, format_best, format_leading_paused
 
 __all__ = ["artifacts_place", "run_summary"]
 
@@ -31,6 +37,10 @@ def artifacts_place(storage: Storage, directory: str | None) -> str:
     return f"{db}.artifacts/" if db is not None else "beside the database"
 
 
+def _in(place: str) -> str:
+    return place if place.startswith(("in ", "beside ")) else f"in {place}"
+
+
 def run_summary(
     status: StudyStatus,
     storage: Storage,
@@ -40,7 +50,7 @@ def run_summary(
     already: bool = False,
 ) -> str:
     """The closing lines of `hpsearch run` (`already`: the study was finished before this run;
-    `default_storage`: no --storage or $HPSEARCH_STORAGE, so the next commands need none)."""
+    `default_storage`: no --storage or --schema, so the next commands need none)."""
     name = status.study
     counts = ", ".join(
         f"{getattr(status, k)} {k}"
@@ -54,8 +64,8 @@ def run_summary(
         head = f"{status.finished_text.replace('finished', 'trials')} ({counts})"
         kept = (
             "the best trial's final weights (hpsearch best --weights), those of trials paused "
-            "at a rung when the study ended (a raised budget promotes them) and reports, in "
-            f"{artifacts_place(storage, artifacts)}; the other ended trials' are deleted "
+            "at a rung when the study ended (a raised budget promotes them) and reports, "
+            f"{_in(artifacts_place(storage, artifacts))}; the other ended trials' are deleted "
             "(hpsearch delete removes the rest with the study)"
         )
     else:  # stopped early: what exists, not only what finished
@@ -66,8 +76,9 @@ def run_summary(
         )
         # `waiting` is queued trials (sampled ahead, or handed back with their checkpoint).
         unfinished = unfinished.replace("waiting", "queued")
-        total = status.finished + status.running + status.paused
-        head = f"{total} trials started ({counts}{', ' if unfinished else ''}{unfinished})"
+        # Every trial that exists: a trial handed back at Ctrl-C is queued with its checkpoint.
+        total = status.finished + status.running + status.paused + status.waiting
+        head = f"{total} trials so far ({counts}{', ' if unfinished else ''}{unfinished})"
         kept = (
             f"{artifacts_place(storage, artifacts)} (the unfinished trials' checkpoints are "
             "kept: the same command continues the study where it stopped)"
@@ -81,8 +92,15 @@ def run_summary(
         f"{storage_flag} (charts in a browser) | hpsearch compare CONFIG --samplers random,tpe "
         "--budget N --repeats K --out DIR (strategies side by side)",
     ]
+    leading = format_leading_paused(status)
+    if leading is not None and not (status.done or already):
+        lines.insert(2, leading)
     if not (status.done or already):
-        lines.insert(1, "  continue: run the same command again (or hpsearch worker --study NAME)")
+        lines.insert(
+            1,
+            "  continue: run the same command again (or hpsearch worker --study "
+            f"{study}{storage_flag})",
+        )
     if already:
         lines.append(
             f"nothing was run: to search again, give the config a new study name (or remove "

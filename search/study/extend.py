@@ -4,23 +4,30 @@ otherwise the same) continues it, whether it is running or over.
 The stored config takes the new values, so every worker that joins spends the new total (the
 epoch counter keeps what was spent); trials paused at a rung when the study ended become
 promotable again (`search.db.reopen`); the sampler keeps its history (the trials stay). A value
-below what was already spent, adding or removing a budget, or any other change is refused.
-Workers already running keep the budget they started with: start them again to spend more.
+below what was already spent, adding or removing a budget, or any other change is refused; a
+config whose budget is below the stored one too (only `hpsearch extend` lowers a budget).
+Workers already running take the new budgets too: before one ends a trial or the study for a
+spent budget, or stops sampling at n_trials, it reads the stored budgets again (`reread_budgets`,
+one row).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from dataclasses import replace
 from typing import Any
 
+import sqlalchemy as sa
+
 from search.db.reopen import reopen_paused, spent
 from search.db.storage import Storage
 from search.db.studies import CONFIG_ATTR
+from search.db.tables import study_system_attributes
 from search.study.settings import ConfigError, StudyConfig
 
-__all__ = ["BUDGET_KEYS", "budget_changes", "extend_study"]
+__all__ = ["BUDGET_KEYS", "budget_changes", "extend_study", "reread_budgets"]
 
 logger = logging.getLogger("search.study.extend")
 
@@ -44,12 +51,25 @@ def budget_changes(old: StudyConfig, new: StudyConfig) -> dict[str, tuple[Any, A
     return changed
 
 
-def extend_study(storage: Storage, study: Any, config: StudyConfig) -> Any | None:
+def extend_study(
+    storage: Storage, study: Any, config: StudyConfig, *, may_lower: bool = False
+) -> Any | None:
     """`study` (a StudyRef) with `config`'s budgets, stored, if they are its only change; None if
-    something else changed. ConfigError if a new budget is below what was spent."""
+    something else changed. ConfigError if a new budget is below what was spent, or below the
+    stored one unless `may_lower` (`hpsearch extend`: a config run again after `extend` raised
+    the study's budget must not quietly take it back)."""
     changes = budget_changes(study.config, config)
     if changes is None:
         return None
+    lowered = {k: (a, b) for k, (a, b) in changes.items() if b < a}
+    if lowered and not may_lower:
+        key, (old, new) = next(iter(lowered.items()))
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(
+            f"study {study.name!r}: study.{key} {old} -> {new} would lower the study's budget "
+            f"(raised with `hpsearch extend`?): raise it in the config too, or lower it on "
+            f"purpose with hpsearch extend --study {study.name} {flag} {new:g}"
+        )
     used = spent(storage, study.study_id)
     for key, (old, new) in changes.items():
         if key == "budget_epochs" and new < used.epochs:
@@ -74,12 +94,30 @@ def extend_study(storage: Storage, study: Any, config: StudyConfig) -> Any | Non
     reopened = reopen_paused(storage, study.study_id)
     shown = ", ".join(f"study.{k} {a} -> {b}" for k, (a, b) in changes.items())
     logger.info(
-        "study %r continues with more budget (%s; %d epochs and %d trials spent); %d paused "
+        "study %r continues with %s budget (%s; %d epochs and %d trials spent); %d paused "
         "trial(s) promotable again",
         study.name,
+        "a lower" if lowered else "more",
         shown,
         used.epochs,
         used.trials,
         len(reopened),
     )
     return replace(study, config=config)
+
+
+def reread_budgets(storage: Storage, study: Any) -> Any | None:
+    """`study` (a StudyRef) with the budgets stored now, if they changed since it was read (a
+    running worker's view after `hpsearch extend`); None if they did not. One row is read."""
+    a = study_system_attributes
+    with storage.autocommit() as conn:
+        raw = conn.execute(
+            sa.select(a.c.value_json).where(a.c.study_id == study.study_id, a.c.key == CONFIG_ATTR)
+        ).scalar()
+    if raw is None:
+        return None  # the study is gone: the worker's own checks say so
+    stored = json.loads(raw)["study"]
+    now = {k: stored.get(k) for k in BUDGET_KEYS}
+    if all(getattr(study.config.study, k) == v for k, v in now.items()):
+        return None
+    return replace(study, config=study.config.with_study(**now))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from search.db import budget, pauses
@@ -100,6 +101,15 @@ class StudyLimits:
         self._start: datetime.datetime | None = None
         self.held = 0
         """Epochs this worker reserved and has not trained yet."""
+        self.reread: Callable[[], bool] = lambda: False
+        """Read the study's stored budgets again; True if they changed (`StudyRules.more_budget`:
+        `hpsearch extend` while this worker runs). Asked only when a budget looks spent."""
+
+    def adopt(self, study: StudyRef) -> None:
+        """The study's budgets changed while this worker runs: spend the new ones."""
+        self.study = study
+        self.budget_epochs = study.config.study.budget_epochs
+        self.budget_hours = study.config.study.budget_hours
 
     def prepare(self) -> None:
         if self.budget_epochs is not None:
@@ -122,6 +132,8 @@ class StudyLimits:
         self.held = budget.reserve_epochs(
             self.storage, self.study.study_id, self.budget_epochs, max(1, wanted)
         )
+        if self.held == 0 and self.reread():  # refused: unless the budget was raised meanwhile
+            return self.reserve(wanted)
         return self.held > 0
 
     def trained(self) -> None:
@@ -141,17 +153,25 @@ class StudyLimits:
             self._start = budget.first_start(self.storage, self.study.study_id)
             if self._start is None:
                 return False  # no trial has started: the clock has not either
-        return hours_since(self._start) >= self.budget_hours
+        if hours_since(self._start) < self.budget_hours:
+            return False
+        if not self.reread():  # unless the budget was raised meanwhile
+            return True
+        return self.budget_hours is not None and hours_since(self._start) >= self.budget_hours
 
     def spent(self) -> bool:
         """Whether the study's budget is spent (read after the running trials were counted:
         a running trial gives its unused epoch back before it ends)."""
         if self.hours_spent():
             return True
-        return (
-            self.budget_epochs is not None
-            and budget.epochs_used(self.storage, self.study.study_id) >= self.budget_epochs
-        )
+        if self.budget_epochs is None:
+            return False
+        used = budget.epochs_used(self.storage, self.study.study_id)
+        if used < self.budget_epochs:
+            return False
+        if not self.reread():  # unless the budget was raised meanwhile
+            return True
+        return self.budget_epochs is not None and used >= self.budget_epochs
 
 
 class Promoter:

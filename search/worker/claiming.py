@@ -146,20 +146,29 @@ class Claimer:
         self.rules, self.health, self.tracking = rules, health, tracking
         self.artifacts = artifacts  # the checkpoints to sweep at the study's end (None: keep)
         self.ahead = SampleAhead(sampler, health.stop)
+        rules.follow(self._adopt)
+
+    def _adopt(self, study: StudyRef) -> None:
+        """New budgets (`StudyRules.more_budget`): claim and sample up to them."""
+        self.study = study
+        self.ahead.sampler.study, self.ahead.sampler.config = study, study.config
 
     def next(self) -> Claim | StudyOver:
         """The next trial to run, or the study's end (or the worker must stop)."""
-        stop, settings = self.health.stop, self.study.config.study
-        n_trials = settings.max_trials
+        stop = self.health.stop
         idle_s = 0.05
         while not stop.is_set():
             claim = self._claim_once()
             if claim is not None:
-                self.ahead.after_claim(claim, settings.sampler)
+                self.ahead.after_claim(claim, self.study.config.study.sampler)
                 return claim
             counts = self.health.retry(
                 lambda: trial_rows.count_trials(self.storage, self.study.study_id), "count trials"
             )
+            if counts.total >= self.study.config.study.max_trials:
+                # n_trials reached, unless it was raised meanwhile (`hpsearch extend`).
+                self.health.retry(self.rules.more_budget, "read the study's budgets")
+            n_trials = self.study.config.study.max_trials
             if self.rules.limited:
                 end = self.health.retry(
                     functools.partial(self._study_end, counts), "check the study's end"

@@ -24,6 +24,7 @@ from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient
 from search.pruning.pruner import Pruner
 from search.pruning.pruners import rung_steps
+from search.study.extend import reread_budgets
 from search.study.settings import PrunerSettings
 from search.study.studies import StudyRef
 from search.worker.budget_and_promotion import Promoter, StudyLimits
@@ -89,6 +90,27 @@ class StudyRules:
         self.limits = StudyLimits(storage, study) if config.study.has_budget else None
         self.promoter = Promoter(storage, study) if config.pruner.pauses else None
         self._pruner: Pruner | None = None
+        if self.limits is not None:
+            self.limits.reread = self.more_budget
+        self._followers: list[Callable[[StudyRef], None]] = []
+
+    def more_budget(self) -> bool:
+        """Read the study's stored budgets again (`hpsearch extend`, or a raised config run
+        again, while this worker runs); True if they changed: this worker spends the new ones
+        (`self.study`, the limits, and whoever follows: the claimer, the sampler)."""
+        fresh = reread_budgets(self.storage, self.study)
+        if fresh is None:
+            return False
+        self.study = fresh
+        if self.limits is not None:
+            self.limits.adopt(fresh)
+        for follow in self._followers:
+            follow(fresh)
+        return True
+
+    def follow(self, adopt: Callable[[StudyRef], None]) -> None:
+        """`adopt(study)` is called with the study whenever `more_budget` finds new budgets."""
+        self._followers.append(adopt)
 
     @property
     def limited(self) -> bool:

@@ -215,6 +215,7 @@ def run_worker_processes(
     `restart_failed`, `progress` and `log_path`."""
     # The parent draws the one progress line, if any; the workers only log.
     env = dict(os.environ, HPSEARCH_STORAGE=url, HPSEARCH_PROGRESS="0")
+    env.pop("HPSEARCH_SCHEMA", None)  # `url` has its schema, if any (compare's SQLite has none)
     gpus = gpu_count() if any(d.startswith("cuda") for d in devices) else 0
     plans = child_plans(devices, env, gpu_count=gpus, cpu_count=os.cpu_count() or 1)
 

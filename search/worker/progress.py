@@ -83,12 +83,12 @@ class Progress:
         try:
             if now:  # the last word of this worker: worth waiting a moment for the database
                 self.health.retry(
-                    lambda: publish_progress(self.storage, self.study),
+                    lambda: publish_progress(self.storage, self.rules.study),
                     "write the study's budget for the dashboard",
                     attempts=3,
                 )
             else:
-                publish_progress(self.storage, self.study)
+                publish_progress(self.storage, self.rules.study)  # its budgets as raised
         except Exception as exc:
             log = logger.warning if now else logger.debug
             log("could not write the study's budget for the dashboard: %s", first_line(exc))

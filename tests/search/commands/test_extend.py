@@ -6,12 +6,16 @@ the trials so far stay (the sampler's history); lowering below what was spent is
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 import sqlalchemy as sa
 
+from search.commands.cli import main as run_cli
 from search.db.checkpoint_pointers import POINTER_ATTR
 from search.db.storage import open_storage
 from search.db.tables import (
@@ -20,9 +24,12 @@ from search.db.tables import (
     trial_system_attributes,
     trials,
 )
-from search.study.studies import find_study
+from search.study.studies import create_study, find_study
 from tests.helpers.cli import hpsearch
+from tests.helpers.objectives import join_all, start_workers
 from tests.search.commands.test_best import ASHA
+from tests.search.worker.test_budgets import ASHA as BUDGET_ASHA
+from tests.search.worker.test_budgets import make_config
 
 
 def _epochs(url: str, name: str) -> tuple[int, int]:
@@ -32,11 +39,14 @@ def _epochs(url: str, name: str) -> tuple[int, int]:
         study = find_study(storage, name)
         assert study is not None
         with storage.autocommit() as conn:
-            used = conn.execute(
-                sa.select(study_budgets.c.epochs_used).where(
-                    study_budgets.c.study_id == study.study_id
-                )
-            ).scalar_one()
+            used = (
+                conn.execute(
+                    sa.select(study_budgets.c.epochs_used).where(
+                        study_budgets.c.study_id == study.study_id
+                    )
+                ).scalar()
+                or 0
+            )  # no counter before the first worker starts
             reported = conn.execute(
                 sa.select(sa.func.count())
                 .select_from(trial_intermediate_values)
@@ -143,3 +153,100 @@ def _with_checkpoint(url: str, name: str) -> set[int]:
     finally:
         storage.close()
     return {row.number for row in rows}
+
+
+def _wait_until(
+    done: Callable[[], bool], what: str, workers: list[Any], timeout_s: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline or not all(w.is_alive() for w in workers):
+            for w in workers:
+                w.kill()
+            raise AssertionError(f"the workers ended (or {timeout_s} s passed) before {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_workers_running_when_the_budget_is_raised_spend_the_new_total(
+    pg_url: str, study_name: str, tmp_path: Path
+) -> None:
+    storage = open_storage(pg_url, create=True)
+    try:
+        ref, _ = create_study(storage, make_config(study_name, BUDGET_ASHA, budget_epochs=60))
+    finally:
+        storage.close()
+    workers = start_workers(pg_url, study_name, 4, objective="slow_curve")
+    _wait_until(lambda: _epochs(pg_url, study_name)[0] >= 10, "10 epochs were trained", workers)
+    assert (
+        run_cli(["extend", "--study", study_name, "--budget-epochs", "120", "--storage", pg_url])
+        == 0
+    )
+    assert join_all(workers, timeout_s=300) == [0] * 4
+
+    # The workers that were running spent exactly the new total, not the one they started with.
+    assert _epochs(pg_url, study_name) == (120, 120)
+    study = optuna.load_study(study_name=study_name, storage=pg_url)
+    assert {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
+    assert study.user_attrs["budget"] == "120/120 epochs (0 left)"
+    assert ref.config.study.budget_epochs == 60
+
+
+@pytest.mark.slow
+def test_workers_running_when_n_trials_is_raised_run_the_new_count(
+    storage_url: str, study_name: str
+) -> None:
+    storage = open_storage(storage_url, create=True)
+    try:
+        create_study(storage, make_config(study_name, {"type": "none"}, n_trials=6))
+    finally:
+        storage.close()
+    workers = start_workers(storage_url, study_name, 2, objective="slow_curve")
+
+    def one_complete() -> bool:
+        trials = optuna.load_study(study_name=study_name, storage=storage_url).trials
+        return any(t.state.name == "COMPLETE" for t in trials)
+
+    _wait_until(one_complete, "a trial completed", workers)
+    flags = ["--n-trials", "10", "--storage", storage_url]
+    assert run_cli(["extend", "--study", study_name, *flags]) == 0
+    assert join_all(workers, timeout_s=300) == [0, 0]
+
+    trials = optuna.load_study(study_name=study_name, storage=storage_url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 10
+
+
+def test_a_config_run_again_after_extend_does_not_take_the_budget_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hpsearch extend` raised the budget; the user then runs the same config (its old budget)
+    again: refused with one line saying how to lower it on purpose, the raised budget kept.
+    `extend` itself may lower a budget (not below what was spent)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HPSEARCH_STORAGE", raising=False)
+    config = tmp_path / "study.toml"
+    config.write_text(ASHA.format(name="lower", direction="maximize"))  # budget_epochs = 30
+    assert run_cli(["create", str(config)]) == 0
+    assert run_cli(["extend", "--study", "lower", "--budget-epochs", "40"]) == 0
+    capsys.readouterr()
+    assert run_cli(["create", str(config)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "hpsearch: error: study 'lower': study.budget_epochs 40 -> 30 would lower the study's "
+        "budget (raised with `hpsearch extend`?): raise it in the config too, or lower it on "
+        "purpose with hpsearch extend --study lower --budget-epochs 30"
+    ]
+    url = f"sqlite:///{tmp_path / 'hpsearch.db'}"
+    assert _stored_budget(url, "lower") == 40
+    assert run_cli(["extend", "--study", "lower", "--budget-epochs", "30"]) == 0
+    assert _stored_budget(url, "lower") == 30
+    assert run_cli(["create", str(config)]) == 0  # the same config again: nothing to change
+
+
+def _stored_budget(url: str, name: str) -> int | None:
+    storage = open_storage(url)
+    try:
+        study = find_study(storage, name)
+        assert study is not None
+        return study.config.study.budget_epochs
+    finally:
+        storage.close()

@@ -248,6 +248,47 @@ def test_compare_without_storage_leaves_the_users_database_alone(
     assert (out / "summary.json").exists()
 
 
+def test_compare_schema_without_storage_is_exit_2_and_leaves_the_users_database_alone(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """$HPSEARCH_STORAGE names the user's PostgreSQL database: `compare --schema S` without
+    --storage must not put the compared studies there (in schema S); it says to give --storage."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HPSEARCH_STORAGE", pg_url)
+    config = write_config(tmp_path, "mine")
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--budget", "2", "--repeats", "1"]
+    assert main([*argv, "--schema", "cmp_leak", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"hpsearch: error: --schema cmp_leak: give --storage too (without it, the compared "
+        f"studies go to their own SQLite file, {out / 'compare.db'}, which has no schemas)"
+    ]
+    schemas = query(
+        pg_url, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'cmp_leak'"
+    )
+    assert schemas == [(0,)]
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_compare_with_worker_processes_keeps_to_its_own_database_under_a_users_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user whose shell sets $HPSEARCH_SCHEMA (for their PostgreSQL database) runs compare with
+    two local worker processes: they work in OUT/compare.db, as the parent does."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HPSEARCH_SCHEMA", "tuning")
+    config = write_config(tmp_path, "mine")
+    out = tmp_path / "report"
+    argv = ["compare", str(config), "--samplers", "random", "--budget", "2", "--repeats", "1"]
+    assert main([*argv, "--workers", "2", "--out", str(out)]) == 0
+    assert optuna.get_all_study_names(f"sqlite:///{out / 'compare.db'}") == ["mine-random-r1"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary
+    assert not (tmp_path / "hpsearch.db").exists()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
