@@ -7,8 +7,10 @@ LCBench (Zimmer et al. 2021) holds learning curves of MLPs on 34 OpenML tasks; Y
 YAHPO's fidelity `epoch` runs 1..52, and epoch 1 is the untrained model (YAHPO's FAQ): trained
 epoch e (1..50) is YAHPO epoch e + 1. `time` is the cumulative runtime the surrogate predicts, so
 trained epoch e lasts time(e + 1) - time(e) seconds (at least 1 ms: the surrogate is not exactly
-monotone). One whole curve (50 epochs) is one batched call of the surrogate, ~5 ms, cached per
-configuration.
+monotone). One whole curve (51 YAHPO epochs) is one batched call of the surrogate's ONNX model,
+cached per configuration; the model's input rows are made from one row converted by YAHPO (its
+`_config_to_xs`, row by row in Python, was most of a curve's cost) with the epoch column set,
+the very arrays YAHPO's `objective_function` would build, so the outputs are its outputs.
 
 The metric is one of YAHPO's outputs for LCBench (`METRICS`): `val_accuracy` (the default, in
 percent), `val_balanced_accuracy` (a fraction) or `val_cross_entropy` (minimised). A curve holds
@@ -120,6 +122,10 @@ class LCBench:
         self.metric = metric
         self.maximize = METRICS[metric]
         self._cache: dict[tuple[Any, ...], Curve] = {}
+        cont = list(self._bench.config.cont_names)
+        self._epoch_column: int | None = cont.index("epoch") if "epoch" in cont else None
+        """Where YAHPO's model reads the epoch (None: not a column of its own: every row goes
+        through YAHPO's conversion)."""
 
     def curve(self, params: dict[str, Any]) -> Curve:
         """The configuration's curve: one batched surrogate call over its epochs, cached."""
@@ -132,9 +138,7 @@ class LCBench:
         config["max_units"] = int(config["max_units"])
         config["num_layers"] = int(config["num_layers"])
         config["OpenML_task_id"] = self.instance
-        rows = self._bench.objective_function(
-            [{**config, "epoch": e} for e in range(1, EPOCHS + 2)]
-        )
+        rows = self._epochs(config, range(1, EPOCHS + 2))
         times = [float(r["time"]) for r in rows]
         curve = Curve(
             values=tuple(float(r[self.metric]) for r in rows[1:]),
@@ -143,6 +147,31 @@ class LCBench:
         )
         self._cache[key] = curve
         return curve
+
+    def _epochs(self, config: dict[str, Any], epochs: range) -> list[dict[str, Any]]:
+        """`self._bench.objective_function([{**config, "epoch": e} for e in epochs])`, with
+        YAHPO's conversion of a configuration to the model's inputs done once, not per epoch:
+        the rows differ only in the epoch column, which is set here (small integers, exact in
+        float32). The same arrays go to the same ONNX session: the same outputs."""
+        import numpy as np
+
+        bench = self._bench
+        if self._epoch_column is None:
+            return list(bench.objective_function([{**config, "epoch": e} for e in epochs]))
+        if not bench.active_session or bench.session is None:
+            bench.set_session(multithread=False)
+        x_cont, x_cat = bench._config_to_xs({**config, "epoch": epochs[0]})
+        x_cont = np.repeat(x_cont, len(epochs), axis=0)
+        x_cont[:, self._epoch_column] = np.asarray(list(epochs), dtype=np.float64).astype(
+            np.float32
+        )
+        x_cat = np.repeat(x_cat, len(epochs), axis=0)
+        inputs = [x.name for x in bench.session.get_inputs()]
+        output = bench.session.get_outputs()[0].name
+        results = bench.session.run([output], {inputs[0]: x_cat, inputs[1]: x_cont})[0]
+        if not bench.active_session:
+            bench.session = None
+        return [dict(zip(bench.config.y_names, row, strict=True)) for row in results]
 
     def scores_at(self, many: list[dict[str, Any]], epoch: int) -> list[float]:
         """Each configuration's `score` at trained epoch `epoch` alone, in one batched surrogate

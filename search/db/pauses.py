@@ -87,11 +87,18 @@ def next_promotable(
     storage: Storage, study_id: int, *, maximize: bool, eta: int, draining: bool = False
 ) -> RungRow | None:
     """The paused trial a free worker resumes, by `search.pruning.promotion`'s rule evaluated
-    in the database (one query, one row back, whatever the study's size): of the paused trials
-    ranking in the top floor(n / eta) of their (bracket, rung), ceil while `draining`, the one
-    at the highest rung, the best value there first, then the lowest trial id. NaN (NULL) ranks
-    last. `tests/search/db/test_promotion_rule.py` checks it picks what
-    `RungTable.next_to_resume` picks.
+    in the database (one query, one row back): of the paused trials ranking in the top
+    floor(n / eta) of their (bracket, rung), ceil while `draining`, the one at the highest rung,
+    the best value there first, then the lowest trial id. NaN (NULL) ranks last.
+    `tests/search/db/test_promotion_rule.py` checks it picks what `RungTable.next_to_resume`
+    picks.
+
+    It reads the paused rows only (a partial index holds them), and of each rung that has
+    some, only the best paused one: if that one does not rank high enough, no paused trial of
+    its rung does (each ranks below it). For those few candidates it counts, through the index
+    on (study, bracket, rung, value), the rows of the rung and the ones better than the
+    candidate: index-only counts of one rung's entries, not a sort of every rung row of the
+    study (bench/BENCHMARKS.md, "The promotion query at 20,000 trials").
     """
     with storage.autocommit() as conn:
         row = conn.execute(
@@ -107,34 +114,52 @@ def next_promotable(
 @functools.cache
 def _promotable_statement(maximize: bool, draining: bool) -> sa.Select:
     r = trial_rungs
-    best_first = r.c.value.desc() if maximize else r.c.value.asc()
-    ranked = (
+    study = sa.bindparam("study", type_=sa.Integer)
+    best_first = (r.c.value.desc() if maximize else r.c.value.asc()).nulls_last()
+    # The paused rows, each rung's best first (best value, then the lowest trial id).
+    paused = (
         sa.select(
             r.c.trial_id,
             r.c.bracket,
             r.c.level,
             r.c.value,
-            r.c.paused,
-            # rank() - 1: how many rows of the rung are strictly better (ties share a rank).
-            (
-                sa.func.rank().over(
-                    partition_by=(r.c.bracket, r.c.level), order_by=best_first.nulls_last()
-                )
-                - 1
-            ).label("better"),
-            sa.func.count().over(partition_by=(r.c.bracket, r.c.level)).label("n"),
+            sa.func.row_number()
+            .over(partition_by=(r.c.bracket, r.c.level), order_by=(best_first, r.c.trial_id))
+            .label("pos"),
         )
-        .where(r.c.study_id == sa.bindparam("study"))
-        .subquery("ranked")
+        .where(r.c.study_id == study, r.c.paused.is_(True))
+        .subquery("paused")
     )
+    # Each rung's best paused row. OFFSET 0 keeps PostgreSQL from merging this step into the
+    # next: the counts below then run (and are costed) for these few rows, not for every
+    # paused row (costed for all of them, the plan crossed the JIT threshold: +15 ms).
+    c = (
+        sa.select(paused.c.trial_id, paused.c.bracket, paused.c.level, paused.c.value)
+        .where(paused.c.pos == 1)
+        .offset(0)
+        .subquery("candidates")
+    )
+    o = r.alias("o")
+    same_rung = sa.and_(o.c.study_id == study, o.c.bracket == c.c.bracket, o.c.level == c.c.level)
+    better_value = o.c.value > c.c.value if maximize else o.c.value < c.c.value
+    # How many rows of the rung are strictly better (NULL ranks last: every valued row is
+    # better than a NULL one), and how many rows the rung holds.
+    better = sa.case(
+        (
+            c.c.value.is_(None),
+            sa.select(sa.func.count()).where(same_rung, o.c.value.is_not(None)).scalar_subquery(),
+        ),
+        else_=sa.select(sa.func.count()).where(same_rung, better_value).scalar_subquery(),
+    )
+    n = sa.select(sa.func.count()).where(same_rung).scalar_subquery()
     eta = sa.bindparam("eta", type_=sa.Integer)
     # Integer division in both databases: floor(n / eta), or ceil while draining.
-    allowed = (ranked.c.n + eta - 1) // eta if draining else ranked.c.n // eta
-    order = ranked.c.value.desc() if maximize else ranked.c.value.asc()
+    allowed = (n + eta - 1) // eta if draining else n // eta
+    order = c.c.value.desc() if maximize else c.c.value.asc()
     return (
-        sa.select(ranked.c.trial_id, ranked.c.bracket, ranked.c.level, ranked.c.value)
-        .where(ranked.c.paused.is_(True), ranked.c.better < allowed)
-        .order_by(ranked.c.level.desc(), order.nulls_last(), ranked.c.trial_id)
+        sa.select(c.c.trial_id, c.c.bracket, c.c.level, c.c.value)
+        .where(better < allowed)
+        .order_by(c.c.level.desc(), order.nulls_last(), c.c.trial_id)
         .limit(1)
     )
 

@@ -28,6 +28,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search.sampling import fast_tpe
 from search.sampling.bounded import bound
 from search.sampling.multifidelity import across_fidelities, good_trials, uses_fidelities
 from search.study.settings import StudyConfig
@@ -113,8 +114,10 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             # model settled on poor regions in some seeds (bench/BENCHMARKS.md).
             # Across fidelities its good set is the best 5% (Optuna's 10% settled on regions
             # that only look good early; search.sampling.multifidelity.GOOD_FRACTION).
+            # Optuna's TPE, the same samples for less CPU (search.sampling.fast_tpe).
             fidelities = uses_fidelities(config)
-            tpe = optuna.samplers.TPESampler(
+            fast_tpe.install()
+            tpe = fast_tpe.TPESampler(
                 multivariate=not fidelities,
                 constant_liar=True,
                 seed=seed,

@@ -65,6 +65,28 @@ def test_lcbench_curve_is_the_surrogates_accuracy_and_runtime_per_trained_epoch(
         LCBench("1", DATA)
 
 
+@needs_data
+@pytest.mark.parametrize("metric", ["val_accuracy", "val_cross_entropy"])
+def test_a_curve_is_exactly_what_yahpos_objective_function_returns(metric: str) -> None:
+    """The curve's rows are built from one converted row (not YAHPO's per-row conversion):
+    the numbers must stay YAHPO's to the bit."""
+    bench = LCBench("3945", DATA, metric=metric)
+    for i in range(5):
+        params = {
+            **README_POINT,
+            "batch_size": 16 + 97 * i,
+            "learning_rate": 10 ** (-3.9 + 0.7 * i),
+            "max_dropout": 0.19 * i,
+            "num_layers": 1 + i,
+        }
+        config = {**params, "OpenML_task_id": "3945"}
+        rows = bench._bench.objective_function([{**config, "epoch": e} for e in range(1, 52)])
+        times = [float(r["time"]) for r in rows]
+        curve = bench.curve(params)
+        assert curve.values == tuple(float(r[metric]) for r in rows[1:])
+        assert curve.seconds == tuple(max(1e-3, times[e] - times[e - 1]) for e in range(1, 51))
+
+
 @pytest.mark.slow
 @needs_data
 def test_a_surrogate_study_runs_through_hpsearchs_workers_and_database(

@@ -1,0 +1,196 @@
+"""Optuna's TPE, the same samples at a fraction of the CPU: its log of the normal CDF vectorized.
+
+Optuna 5's TPE weighs every candidate against every trial's kernel; for int and stepped
+params that is the log of a Gaussian mass between two bounds, whose `_log_ndtr` calls a Python
+function per element (`np.frompyfunc(_log_ndtr_single)`). On a few hundred trials that is
+millions of Python calls per sampled trial, most of the real path's sampling time
+(bench/BENCHMARKS.md, "The real path, per trial: issue 27 item 3, second pass").
+
+`log_ndtr` computes the same function over whole arrays: the same branches, the same IEEE
+operations in the same order, and the same libm `erf`, `erfc`, `log` and `pow` (Python's `math`
+functions, applied element-wise by NumPy without a Python frame per element); the far left
+tail's asymptotic series (a <= -20) runs for every element at once, each element stopping
+where Optuna's loop stops it. The results are bit for bit Optuna's
+(`tests/search/sampling/test_fast_tpe.py` compares them, and the sampled params, with Optuna's
+own), so the search decides exactly what it decided before.
+
+`TPESampler` is Optuna's TPE that splits the trials into its good and bad sets once per
+trial it samples instead of once per parameter: Optuna's `_sample` splits (sorts, reads every
+trial's constraints and reports) for each parameter, and the split depends only on the trials
+and their count, the same for every parameter of one trial. Its memo holds the trials it split
+and answers only for the very same trial objects in the same order (identity, not equality), so
+it returns what Optuna's split would. hpsearch makes one sampler per trial
+(`search.sampling.samplers.make_sampler`), so the memo lives as long as one trial's sampling.
+Plain Optuna's own `TPESampler` (the benchmarks' baselines) is left as it is.
+
+`install()` puts both in place, once per process, and only for the Optuna whose functions they
+reproduce (a `_truncnorm` with `_log_ndtr_single`, a TPE module with `_split_trials`);
+otherwise it leaves Optuna as it is, and `TPESampler` is then Optuna's.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import operator
+import sys
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.samplers._tpe import _truncnorm
+from optuna.samplers._tpe import sampler as _tpe_sampler
+from optuna.trial import FrozenTrial
+
+__all__ = ["TPESampler", "install", "installed", "log_ndtr"]
+
+_ORIGINAL = _truncnorm._log_ndtr
+_SINGLE = getattr(_truncnorm, "_log_ndtr_single", None)
+_ORIGINAL_SPLIT = getattr(_tpe_sampler, "_split_trials", None)
+_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+_log = np.frompyfunc(math.log, 1, 1)
+_pow = np.frompyfunc(math.pow, 2, 1)
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_EPS = sys.float_info.epsilon
+_SQRT2 = 2**0.5
+_EDGE = 1 / 2**0.5
+
+
+def _ndtr(a: np.ndarray) -> np.ndarray:
+    """`_truncnorm._ndtr_single` element-wise (not Optuna's vectorized `_ndtr`, which uses its
+    own erf: the single version is the one `_log_ndtr_single` calls)."""
+    x = a / _SQRT2
+    y = np.empty_like(x)
+    low = x < -_EDGE
+    mid = ~low & (x < _EDGE)
+    high = ~(low | mid)
+    if low.any():
+        y[low] = 0.5 * _erfc(-x[low]).astype(float)
+    if mid.any():
+        y[mid] = 0.5 + 0.5 * _erf(x[mid]).astype(float)
+    if high.any():
+        y[high] = 1.0 - 0.5 * _erfc(x[high]).astype(float)
+    return y
+
+
+def log_ndtr(a: np.ndarray) -> np.ndarray:
+    """Optuna's `_truncnorm._log_ndtr(a)`, bit for bit, without a Python call per element."""
+    a = np.asarray(a, dtype=float)
+    out = np.empty(a.shape, dtype=float)
+    right = a > 6
+    mid = ~right & (a > -20)
+    tail = ~(right | mid)  # a <= -20, or NaN
+    if right.any():
+        out[right] = -_ndtr(-a[right])
+    if mid.any():
+        out[mid] = _log(_ndtr(a[mid])).astype(float)
+    if tail.any():
+        out[tail] = _log_ndtr_tail(a[tail])
+    return out
+
+
+def _log_ndtr_tail(a: np.ndarray) -> np.ndarray:
+    """`_log_ndtr_single`'s asymptotic series for a <= -20 (or NaN), every element in step."""
+    square = _pow(a, 2.0).astype(float)  # Python's a**2 is C's pow(a, 2.0)
+    log_lhs = -0.5 * square - _log(-a).astype(float) - _HALF_LOG_2PI
+    last_total = np.zeros_like(a)
+    right_hand_side = np.ones_like(a)
+    numerator = np.ones_like(a)
+    denom_factor = np.ones_like(a)
+    denom_cons = 1 / square
+    sign = 1.0
+    i = 0
+    going = np.abs(last_total - right_hand_side) > _EPS
+    while going.any():
+        i += 1
+        sign = -sign
+        last_total = np.where(going, right_hand_side, last_total)
+        denom_factor = np.where(going, denom_factor * denom_cons, denom_factor)
+        numerator = np.where(going, numerator * (2 * i - 1), numerator)
+        term = sign * numerator * denom_factor
+        right_hand_side = np.where(going, right_hand_side + term, right_hand_side)
+        going &= np.abs(last_total - right_hand_side) > _EPS
+    return log_lhs + _log(right_hand_side).astype(float)
+
+
+class _SplitMemo:
+    """The last split of one sampler: its inputs (held, so that identity means the same
+    objects) and its result."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, list[FrozenTrial], int] | None = None
+        self.result: tuple[list[FrozenTrial], list[FrozenTrial]] | None = None
+
+    def split(
+        self, study: optuna.Study, trials: list[FrozenTrial], n_below: int
+    ) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+        key = self.key
+        if (
+            key is not None
+            and key[0] is study
+            and key[2] == n_below
+            and len(key[1]) == len(trials)
+            and all(map(operator.is_, key[1], trials))
+        ):
+            assert self.result is not None
+            return self.result
+        assert _ORIGINAL_SPLIT is not None
+        result = _ORIGINAL_SPLIT(study, trials, n_below)
+        self.key, self.result = (study, list(trials), n_below), result
+        return result
+
+
+_MEMO: contextvars.ContextVar[_SplitMemo | None] = contextvars.ContextVar(
+    "hpsearch_tpe_split_memo", default=None
+)
+
+
+def _split_trials(
+    study: optuna.Study, trials: list[FrozenTrial], n_below: int
+) -> tuple[list[FrozenTrial], list[FrozenTrial]]:
+    """Optuna's `_split_trials`; inside `TPESampler._sample`, through that sampler's memo."""
+    memo = _MEMO.get()
+    if memo is None:
+        assert _ORIGINAL_SPLIT is not None
+        return _ORIGINAL_SPLIT(study, trials, n_below)
+    return memo.split(study, trials, n_below)
+
+
+class TPESampler(optuna.samplers.TPESampler):
+    """Optuna's TPE, its trials split once per sampled trial (see the module's docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._split_memo = _SplitMemo()
+
+    def _sample(self, study: optuna.Study, trial: FrozenTrial, search_space: Any) -> Any:
+        if not installed():
+            return super()._sample(study, trial, search_space)
+        token = _MEMO.set(self._split_memo)
+        try:
+            return super()._sample(study, trial, search_space)
+        finally:
+            _MEMO.reset(token)
+
+
+def installed() -> bool:
+    """Whether Optuna's TPE uses `log_ndtr` and the split memo in this process."""
+    return _truncnorm._log_ndtr is log_ndtr and _tpe_sampler._split_trials is _split_trials
+
+
+def install() -> bool:
+    """Put `log_ndtr` and the split memo in place in Optuna's TPE (idempotent); False where
+    this Optuna's functions are not the ones reproduced here (then nothing changes)."""
+    if installed():
+        return True
+    if (
+        _SINGLE is None
+        or _ORIGINAL.__module__ != _truncnorm.__name__
+        or _ORIGINAL_SPLIT is None
+        or _ORIGINAL_SPLIT.__module__ != _tpe_sampler.__name__
+    ):
+        return False
+    _truncnorm._log_ndtr = log_ndtr
+    _tpe_sampler._split_trials = _split_trials
+    return True
