@@ -10,8 +10,10 @@ table, and the chart draws only COMPLETE, PRUNED and RUNNING trials.
 function replaced (`patch_bundle`): up to `CURVES_ONE_BY_ONE` curves it draws as optuna-dashboard
 does (one line per trial, named in the legend), paused trials included and named "(paused)";
 above that, every curve still, but as one line per kind of trial (complete, pruned, running,
-paused, infeasible), curves separated by gaps, each point saying its trial on hover. Nothing else
-on the page changes, and every trial keeps its own page with its own curve.
+paused, infeasible), curves separated by gaps, each point saying its trial on hover. The
+timeline, which shows the last 100 trials, draws bars only for them past `TIMELINE_BARS_OF_ALL`
+trials (optuna-dashboard draws one for every trial). Nothing else on the page changes, and every
+trial keeps its own page with its own curve.
 
 The bundle is minified: the function is found by what it does (its filter on the trial states,
 its per-trial traces), not by a name. When optuna-dashboard's bundle no longer has that shape
@@ -33,6 +35,10 @@ CURVES_ONE_BY_ONE = 300
 """Up to this many curves in the chart, one line each (optuna-dashboard's drawing); above, one
 line per kind of trial."""
 
+TIMELINE_BARS_OF_ALL = 1000
+"""Up to this many trials, the timeline draws a bar for each (optuna-dashboard's drawing); above,
+only for the last 100, those its range shows."""
+
 _HELPER = "hpsearchIntermediateCurves"
 
 # optuna-dashboard 0.21's plotIntermediateValue, minified (names vary between builds):
@@ -45,6 +51,14 @@ _CHART = re.compile(
     r'(?P=t)\.values\.length>0\|\|"Running"===(?P=t)\.state\),'
     r"(?P<traces>[\w$]+)=(?P=kept)\.map\((?P<body>.{0,700}?\(running\).{0,300}?)\);"
     r"(?P<plotly>[\w$]+)\.react\((?P<dom>[\w$]+),(?P=traces),(?P<layout>[\w$]+)\)\}"
+)
+
+# optuna-dashboard 0.21's plotTimeline: the range shows the last 100 trials (`lastTrials`), but
+# a bar is drawn for every trial, each with its hover text.
+_TIMELINE = re.compile(
+    r"(?P<last>[\w$]+)=(?P<trials>[\w$]+)\.slice\(-\d+\),(?P<mid>.{0,2500}?)"
+    r"for\(const\[(?P<state>[\w$]+),(?P<color>[\w$]+)\]of Object\.entries\((?P<colors>[\w$]+)\)\)"
+    r"\{const (?P<bars>[\w$]+)=(?P=trials)\.filter\("
 )
 
 # Prepended to the bundle: the traces of the chart, from the trials it keeps.
@@ -112,8 +126,14 @@ def patch_bundle(source: str, limit: int = CURVES_ONE_BY_ONE) -> str | None:
         f"{m['traces']}=window.{_HELPER}({m['kept']},{int(limit)});"
         f"{m['plotly']}.react({m['dom']},{m['traces']},{m['layout']})}}"
     )
-    helper = _HELPER_JS % {"helper": _HELPER}
-    return helper + source[: m.start()] + replacement + source[m.end() :]
+    patched = source[: m.start()] + replacement + source[m.end() :]
+    timeline = [t for t in _TIMELINE.finditer(patched) if 'title:"Datetime"' in t["mid"]]
+    if len(timeline) == 1:  # else the timeline stays as it is: slower, not wrong
+        t = timeline[0]
+        bars = f"({t['trials']}.length>{TIMELINE_BARS_OF_ALL}?{t['last']}:{t['trials']})"
+        start = t.end() - len(t["trials"] + ".filter(")  # the trials the bars are taken from
+        patched = patched[:start] + bars + ".filter(" + patched[t.end() :]
+    return _HELPER_JS % {"helper": _HELPER} + patched
 
 
 def bundle_path() -> Path:

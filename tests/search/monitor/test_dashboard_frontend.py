@@ -16,6 +16,7 @@ def test_the_installed_optuna_dashboard_gets_the_chart_paused_trials_included() 
     assert "window.hpsearchIntermediateCurves(" in patched
     assert patched.count('"Waiting"===') > source.count('"Waiting"===')
     assert ",300);" in patched
+    assert ".length>1000?" in patched  # the timeline's bars: the last 100 past 1,000 trials
     # only the chart's function changed: the rest of the bundle is there as it was
     assert len(patched) - len(source) < 5000
     assert source[-2000:] == patched[-2000:]
