@@ -25,6 +25,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import re
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def patch_bundle(source: str, limit: int = CURVES_ONE_BY_ONE) -> str | None:
     """optuna-dashboard's script bundle with the intermediate-values chart drawn by
     `hpsearchIntermediateCurves` (paused trials in, one line per kind above `limit` curves);
     None when the bundle does not have the expected shape (exactly one such chart)."""
-    found = list(_CHART.finditer(source))
+    found = _near(source, _CHART, "(running)", 1500, 600)
     if len(found) != 1:
         return None
     m = found[0]
@@ -127,13 +128,28 @@ def patch_bundle(source: str, limit: int = CURVES_ONE_BY_ONE) -> str | None:
         f"{m['plotly']}.react({m['dom']},{m['traces']},{m['layout']})}}"
     )
     patched = source[: m.start()] + replacement + source[m.end() :]
-    timeline = [t for t in _TIMELINE.finditer(patched) if 'title:"Datetime"' in t["mid"]]
+    timeline = _near(patched, _TIMELINE, 'title:"Datetime"', 1500, 2500)
     if len(timeline) == 1:  # else the timeline stays as it is: slower, not wrong
         t = timeline[0]
         bars = f"({t['trials']}.length>{TIMELINE_BARS_OF_ALL}?{t['last']}:{t['trials']})"
         start = t.end() - len(t["trials"] + ".filter(")  # the trials the bars are taken from
         patched = patched[:start] + bars + ".filter(" + patched[t.end() :]
     return _HELPER_JS % {"helper": _HELPER} + patched
+
+
+def _near(
+    source: str, pattern: re.Pattern[str], anchor: str, before: int, after: int
+) -> list[re.Match[str]]:
+    """The distinct matches of `pattern` within `before`/`after` characters of each occurrence
+    of `anchor` (a pattern that starts with a name is slow to try at each of a 6 MB bundle's
+    characters: a minute on a busy machine)."""
+    found: dict[tuple[int, int], re.Match[str]] = {}
+    at = source.find(anchor)
+    while at != -1:
+        for m in pattern.finditer(source, max(0, at - before), at + after):
+            found.setdefault(m.span(), m)
+        at = source.find(anchor, at + 1)
+    return list(found.values())
 
 
 def bundle_path() -> Path:
@@ -153,8 +169,12 @@ class BundleWithCurves:
     def __init__(self, app: Any, bundle: str) -> None:
         self.app = app
         self.body = bundle.encode()
-        self.gzipped = gzip.compress(self.body, compresslevel=6)
         self.etag = '"hpsearch-' + hashlib.sha256(self.body).hexdigest()[:20] + '"'
+        self.gzipped: bytes | None = None  # compressed in the background: seconds on a busy host
+        threading.Thread(target=self._compress, name="bundle-gzip", daemon=True).start()
+
+    def _compress(self) -> None:
+        self.gzipped = gzip.compress(self.body, compresslevel=6)
 
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
@@ -173,9 +193,9 @@ class BundleWithCurves:
         if environ.get("HTTP_IF_NONE_MATCH") == self.etag:
             start_response("304 Not Modified", headers)
             return [b""]
-        body = self.body
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = self.gzipped
+        body, gzipped = self.body, self.gzipped
+        if gzipped is not None and "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzipped
             headers.append(("Content-Encoding", "gzip"))
         headers.append(("Content-Length", str(len(body))))
         start_response("200 OK", headers)
