@@ -221,7 +221,7 @@ def test_paused_trials_curves_are_in_the_intermediate_values_chart(
         storage.close()
     server = DashboardProcess("--storage", pg_url, "--port", "0", cwd=tmp_path)
     try:
-        base = server.wait_until_serving()
+        base = server.wait_until_serving(timeout=LARGE_PAGE_WAIT_S)  # a busy CI host
         browser.get(f"{base}/dashboard/studies/{study_id}")
         paused = [f"trial #{n} (paused)" for n in range(N_TRIALS, N_TRIALS + 3)]
         legend = wait_until(
@@ -253,7 +253,7 @@ def test_a_study_of_10000_trials_opens_with_every_trial_reachable(
         study_id, _ = make_large_study(url, n)
         server = DashboardProcess("--storage", url, "--port", "0", cwd=tmp_path)
         try:
-            base = server.wait_until_serving()
+            base = server.wait_until_serving(timeout=LARGE_PAGE_WAIT_S)  # a busy CI host
             browser.set_page_load_timeout(LARGE_PAGE_WAIT_S)
             browser.get(f"{base}/dashboard/studies/{study_id}")
             legend = wait_until(
