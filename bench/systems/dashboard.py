@@ -218,9 +218,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def api_answer(base: str, study_id: int) -> dict[str, Any]:
+def api_answer(base: str, study_id: int, after: int = 0) -> dict[str, Any]:
+    query = f"?after={after}" if after else ""
     request = urllib.request.Request(
-        f"{base}/api/studies/{study_id}", headers={"Accept-Encoding": "gzip"}
+        f"{base}/api/studies/{study_id}{query}", headers={"Accept-Encoding": "gzip"}
     )
     began = time.perf_counter()
     with urllib.request.urlopen(request, timeout=600) as answer:
@@ -237,33 +238,57 @@ def measure_api(server: Server, study_id: int) -> dict[str, Any]:
     cached = api_answer(server.base, study_id)
     time.sleep(11)  # optuna-dashboard keeps a large study's trial list for 10 s
     expired = api_answer(server.base, study_id)
-    return {"cold": cold, "cached": cached, "expired": expired}
+    time.sleep(11)
+    # what an open page asks every few seconds: the trials after those it has, all finished here
+    refresh = api_answer(server.base, study_id, after=expired["trials"])
+    return {"cold": cold, "cached": cached, "expired": expired, "refresh": refresh}
 
 
 def measure_page(server: Server, study_id: int, n_trials: int, wait_s: float) -> dict[str, Any]:
-    """Seconds until the history chart shows the metric, and until the trial list shows
-    "N Trials", each in a fresh browser; None where it did not within `wait_s` (a renderer
-    busy drawing does not even answer the driver then)."""
-
-    def chart(d: Any) -> bool:
-        titles = d.find_elements("css selector", ".js-plotly-plot .ytitle")
-        return any(e.text == "val_accuracy" for e in titles)
-
-    def trial_list(d: Any) -> bool:
-        return f"{n_trials} Trials" in d.find_element("tag name", "body").text
-
+    """Seconds until the history chart shows the metric (and the intermediate-values chart its
+    curves), and until the trial list shows "N Trials", each in a fresh browser, with the
+    browser's CPU seconds until then (what a quiet machine would need, about); None where it
+    did not within `wait_s` (a renderer busy drawing does not even answer the driver then)."""
+    chart = (
+        "return Array.from(document.querySelectorAll('.js-plotly-plot .ytitle'))"
+        ".some(e => e.textContent === 'val_accuracy') && "
+        "!!document.querySelector('#graph-intermediate-values .scatterlayer .trace')"
+    )
+    trial_list = f"return document.body.innerText.includes('{n_trials} Trials')"
     base = f"{server.base}/dashboard/studies/{study_id}"
+    history_s, history_cpu = time_page(f"{base}", chart, wait_s)
+    list_s, list_cpu = time_page(f"{base}/trials", trial_list, wait_s)
     return {
         "cap_s": wait_s,
-        "history_chart_s": time_page(f"{base}", chart, wait_s),
-        "trial_list_s": time_page(f"{base}/trials", trial_list, wait_s),
+        "history_chart_s": history_s,
+        "history_chart_browser_cpu_s": history_cpu,
+        "trial_list_s": list_s,
+        "trial_list_browser_cpu_s": list_cpu,
     }
 
 
-def time_page(url: str, shown: Any, wait_s: float) -> float | None:
+def _group_cpu_s(group: int) -> float:
+    """CPU seconds (user + system) of the live processes of a process group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:  # pgrp
+            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+    return total / tick
+
+
+def time_page(url: str, shown: str, wait_s: float) -> tuple[float | None, float | None]:
+    """(seconds, the browser's CPU seconds) from navigation until the script `shown` returns
+    true in the page; (None, None) if not within `wait_s`."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
 
     os.environ["SE_OFFLINE"] = "true"  # never download a browser
     options = webdriver.ChromeOptions()
@@ -280,27 +305,31 @@ def time_page(url: str, shown: Any, wait_s: float) -> float | None:
     # Its own process group: whatever the browser leaves behind is killed with it.
     service = Service(executable_path=CHROMEDRIVER, popen_kw={"start_new_session": True})
     driver = webdriver.Chrome(service=service, options=options)
+    group = service.process.pid
     client = driver.command_executor.client_config
+    cpu_before = _group_cpu_s(group)
     began = time.perf_counter()
     try:
         driver.set_page_load_timeout(wait_s)
+        driver.set_script_timeout(10)
         client.timeout = wait_s + 10
         driver.get(url)
         client.timeout = 10  # a renderer too busy to answer: ask again, until the deadline
         deadline = began + wait_s
         while time.perf_counter() < deadline:
             try:
-                WebDriverWait(driver, 1, poll_frequency=0.5).until(shown)
-                return round(time.perf_counter() - began, 1)
-            except Exception:  # not shown yet, or the renderer too busy to answer
-                continue
-        return None
+                if driver.execute_script(shown):
+                    seconds = time.perf_counter() - began
+                    return round(seconds, 1), round(_group_cpu_s(group) - cpu_before, 1)
+            except Exception:  # the renderer too busy to answer
+                pass
+            time.sleep(0.2)
+        return None, None
     except Exception:  # the page did not even load within wait_s
-        return None
+        return None, None
     finally:
         # A headless renderer left behind keeps eating the machine's cores; one too busy to
         # answer does not quit when asked.
-        group = service.process.pid
         with contextlib.suppress(Exception):
             driver.quit()
         with contextlib.suppress(ProcessLookupError):
@@ -314,12 +343,20 @@ def main() -> None:
     )
     parser.add_argument("--page-wait-s", type=float, default=120.0)
     parser.add_argument("--no-browser", action="store_true", help="the API only")
+    parser.add_argument(
+        "--sides",
+        default="optuna-dashboard,hpsearch dashboard",
+        help="which servers, comma-separated (default: both)",
+    )
     args = parser.parse_args()
-    summary = [run(int(n), args.page_wait_s, not args.no_browser) for n in args.trials.split(",")]
+    sides = args.sides.split(",")
+    summary = [
+        run(int(n), args.page_wait_s, not args.no_browser, sides) for n in args.trials.split(",")
+    ]
     print(json.dumps(summary, indent=1))
 
 
-def run(n_trials: int, page_wait_s: float, browser: bool) -> dict[str, Any]:
+def run(n_trials: int, page_wait_s: float, browser: bool, sides: list[str]) -> dict[str, Any]:
     """Both servers on one study of `n_trials`, in a database of its own (dropped after)."""
     admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     database = f"hpsearch_bench_dashboard_{uuid.uuid4().hex[:6]}"
@@ -360,6 +397,9 @@ def run(n_trials: int, page_wait_s: float, browser: bool) -> dict[str, Any]:
         ports = {"optuna-dashboard": plain_port, "hpsearch dashboard": ours_port}
         results: dict[str, Any] = {}
         for label, argv in commands.items():
+            if label not in sides:
+                continue
+            print(f"{label}: load average {os.getloadavg()}", flush=True)
             server = Server(label, argv, ports[label], env)
             servers.append(server)
             try:

@@ -23,10 +23,12 @@ import ipaddress
 import logging
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.util import setup_testing_defaults
 
 from sqlalchemy.engine import make_url
 
@@ -34,6 +36,7 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
+from search.monitor.dashboard_frontend import BundleWithCurves, bundle_path, patch_bundle
 from search.monitor.stopping import stop_on_signals
 from search.worker.artifacts import artifact_store_for, existing_directory
 
@@ -202,7 +205,9 @@ class DashboardServer:
         self.read_only = is_read_only(storage)
         bottle_app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
         self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
-        app = GzipJson(bottle_app)
+        bundle = patch_bundle(bundle_path().read_text(encoding="utf-8"))
+        self.curves_drawn = bundle is not None  # else optuna-dashboard's own chart
+        app = GzipJson(BundleWithCurves(bottle_app, bundle) if bundle else bottle_app)
         server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(
@@ -214,6 +219,32 @@ class DashboardServer:
                 + (" (try another --port)" if exc.errno == 98 else "")
             ) from None
         self.host, self.port = host, self.server.server_address[1]
+        self._bottle_app = bottle_app
+        self.warmed = threading.Event()
+
+    def warm_up(self) -> None:
+        """Read every large study once, as its page's first answer would (its trials, optuna-
+        dashboard's summary of them), so that the first page opened does not wait for it: the
+        finished trials stay in memory after (bench/systems/dashboard.py: 10,000 trials take
+        seconds to read, then a fraction of a second). Runs in a thread of its own while the
+        server answers; a failure only leaves the first page slower."""
+        try:
+            optuna_storage = self.storage.optuna_storage()
+            for name, n in large_studies(self.storage):
+                study_id = optuna_storage.get_study_id_from_name(name)
+                environ: dict[str, Any] = {}
+                setup_testing_defaults(environ)
+                # after=n: the whole answer computed, none of its trials sent
+                environ.update(PATH_INFO=f"/api/studies/{study_id}", QUERY_STRING=f"after={n}")
+                body = self._bottle_app(environ, lambda *args: None)
+                for _ in body:
+                    pass
+                if hasattr(body, "close"):
+                    body.close()
+        except Exception as exc:  # the server still answers, only the first page is slower
+            logger.debug("warming the large studies up failed: %s", exc)
+        finally:
+            self.warmed.set()
 
     @property
     def url(self) -> str:
@@ -221,6 +252,7 @@ class DashboardServer:
         return f"http://{shown}:{self.port}/dashboard"
 
     def serve_forever(self) -> None:
+        threading.Thread(target=self.warm_up, name="warm-up", daemon=True).start()
         self.server.serve_forever(poll_interval=0.2)
 
     def close(self) -> None:
@@ -277,11 +309,18 @@ def _announce(dashboard: DashboardServer, host: str, artifacts: str | None) -> N
             file=sys.stderr,
             flush=True,
         )
+    if not dashboard.curves_drawn:
+        print(
+            "this optuna-dashboard's page is not the one hpsearch knows: its intermediate "
+            "values chart draws one line per trial (slow past a few hundred trials) and "
+            "leaves paused trials out",
+            file=sys.stderr,
+        )
     for name, n in large_studies(storage):
         print(
-            f"study {name!r} has {n} trials: its page loads every trial at once and may "
-            f"take minutes to draw (more than {LARGE_STUDY_TRIALS} trials; README: Large "
-            f"studies); `hpsearch status --study {name}` answers at once",
+            f"study {name!r} has {n} trials: its page loads every trial at once (read "
+            f"now, in the background; README: Large studies); `hpsearch status --study "
+            f"{name}` answers at once",
             file=sys.stderr,
         )
     if not is_loopback(host):
