@@ -20,6 +20,7 @@ ANALYZEd. Measured on it, each `--repeats` times (the median is printed):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -191,13 +193,23 @@ def explain(url: str, study_id: int) -> dict[str, str]:
     return plans
 
 
-def run(n_trials: int, repeats: int, samples: int, with_explain: bool) -> dict[str, Any]:
+@contextlib.contextmanager
+def scratch_database(purpose: str) -> Iterator[str]:
+    """URL of a new empty PostgreSQL database for one benchmark run, dropped after it."""
     admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    database = f"hpsearch_bench_large_{uuid.uuid4().hex[:6]}"
+    database = f"hpsearch_bench_{purpose}_{uuid.uuid4().hex[:6]}"
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
-    url = admin.url.set(database=database).render_as_string(hide_password=False)
     try:
+        yield admin.url.set(database=database).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def run(n_trials: int, repeats: int, samples: int, with_explain: bool) -> dict[str, Any]:
+    with scratch_database("large") as url:
         began = time.perf_counter()
         study_id, name = make_study(url, n_trials)
         add_rungs_and_queue(url, study_id)
@@ -220,10 +232,6 @@ def run(n_trials: int, repeats: int, samples: int, with_explain: bool) -> dict[s
             for label, plan in explain(url, study_id).items():
                 print(f"--- EXPLAIN {label} at {n_trials} trials\n{plan}", flush=True)
         return result
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def main() -> None:

@@ -20,13 +20,12 @@ import json
 import os
 import sys
 import time
-import uuid
 from typing import Any
 
 import sqlalchemy as sa
 
-from bench.systems.dashboard import ADMIN_URL, make_study
-from bench.systems.large_study import add_rungs_and_queue
+from bench.systems.dashboard import make_study
+from bench.systems.large_study import add_rungs_and_queue, scratch_database
 
 
 def explain(engine: sa.Engine, label: str, statement: Any, study_id: int) -> Any:
@@ -67,12 +66,7 @@ def main() -> None:
         other = importlib.util.module_from_spec(spec)
         sys.modules["compared_pauses"] = other
         spec.loader.exec_module(other)
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    database = f"hpsearch_bench_promotion_{uuid.uuid4().hex[:6]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{database}"'))
-    url = admin.url.set(database=database).render_as_string(hide_password=False)
-    try:
+    with scratch_database("promotion") as url:
         began = time.perf_counter()
         study_id, _ = make_study(url, args.trials)
         add_rungs_and_queue(url, study_id)
@@ -119,10 +113,6 @@ def main() -> None:
             ]
             print("same pick:", picks == theirs, flush=True)
         storage.close()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
-        admin.dispose()
 
 
 if __name__ == "__main__":
