@@ -104,6 +104,11 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
     with warnings.catch_warnings():
         # Multivariate TPE and QMC are marked experimental; their warnings are noise per trial.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Optuna 4.9 marked TPE's `gamma` for removal in 6.0; hpsearch pins optuna < 6 and
+        # passes it on purpose (the good set across fidelities), so workers' logs stay clean.
+        warnings.filterwarnings(
+            "ignore", message=r"`gamma` has been deprecated", category=FutureWarning
+        )
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
