@@ -61,15 +61,6 @@ def extend_study(
     changes = budget_changes(study.config, config)
     if changes is None:
         return None
-    lowered = {k: (a, b) for k, (a, b) in changes.items() if b < a}
-    if lowered and not may_lower:
-        key, (old, new) = next(iter(lowered.items()))
-        flag = "--" + key.replace("_", "-")
-        raise ConfigError(
-            f"study {study.name!r}: study.{key} {old} -> {new} would lower the study's budget "
-            f"(raised with `hpsearch extend`?): raise it in the config too, or lower it on "
-            f"purpose with hpsearch extend --study {study.name} {flag} {new:g}"
-        )
     used = spent(storage, study.study_id)
     for key, (old, new) in changes.items():
         if key == "budget_epochs" and new < used.epochs:
@@ -90,6 +81,15 @@ def extend_study(
                     f"study {study.name!r}: study.budget_hours {old} -> {new} is below the "
                     f"{hours:.2f} hours already spent"
                 )
+    lowered = {k: (a, b) for k, (a, b) in changes.items() if b < a}
+    if lowered and not may_lower:
+        key, (old, new) = next(iter(lowered.items()))
+        flag = "--" + key.replace("_", "-")
+        raise ConfigError(
+            f"study {study.name!r}: study.{key} {old} -> {new} would lower the study's budget "
+            f"(raised with `hpsearch extend`?): raise it in the config too, or lower it on "
+            f"purpose with hpsearch extend --study {study.name} {flag} {new:g}"
+        )
     storage.optuna_storage().set_study_system_attr(study.study_id, CONFIG_ATTR, config.to_dict())
     reopened = reopen_paused(storage, study.study_id)
     shown = ", ".join(f"study.{k} {a} -> {b}" for k, (a, b) in changes.items())

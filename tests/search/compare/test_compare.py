@@ -31,6 +31,7 @@ from search.db.storage import open_storage
 from search.study.parse_config import parse_config
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
+from tests.helpers import REPO
 from tests.helpers.processes import query
 
 TINY = """
@@ -279,6 +280,7 @@ def test_compare_with_worker_processes_keeps_to_its_own_database_under_a_users_s
     two local worker processes: they work in OUT/compare.db, as the parent does."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HPSEARCH_SCHEMA", "tuning")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the worker processes import the task from tests/
     config = write_config(tmp_path, "mine")
     out = tmp_path / "report"
     argv = ["compare", str(config), "--samplers", "random", "--budget", "2", "--repeats", "1"]
