@@ -71,6 +71,9 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # What search/ runs now (search.sampling.samplers.make_sampler and search.pruning.adaptive's
     # defaults).
     "default": {"kind": "asha", "real": True},
+    # Candidates on top of the default: a good set of at least 3 trials; 20 random trials first.
+    "good-floor3": {"kind": "asha", "real": True, "good": "floor3"},
+    "startup20": {"kind": "asha", "real": True, "startup": 20},
     # The default with TPE's view bounded past `start` trials (search/sampling/bounded.py).
     "bounded": {"kind": "asha", "real": True, "bound": {"best": 50, "recent": 200, "start": 300}},
     "bounded-tight": {
@@ -102,8 +105,8 @@ def code_version(kind: str, adaptive: bool = True) -> str:
     whether search/pruning/adaptive.py decides anything in it (else it only reports)."""
     import inspect
 
-    h = hashlib.sha256()
-    for fn in (random_config, sh_bracket, run_one):
+    h = hashlib.sha256(library_versions().encode())
+    for fn in (random_config, sh_bracket, run_one, good_set):
         h.update(inspect.getsource(fn).encode())
     for rel in CODE[kind]:
         if rel == "search/pruning/adaptive.py" and not adaptive:
@@ -112,6 +115,22 @@ def code_version(kind: str, adaptive: bool = True) -> str:
         h.update(rel.encode())
         h.update(path.read_bytes() if path.exists() else b"")
     return h.hexdigest()[:16]
+
+
+def library_versions() -> str:
+    """The versions of the libraries whose arithmetic makes a study: the same code under
+    another optuna, numpy or onnxruntime (the surrogate) need not give the same trials (seen:
+    a study cached under one environment diverged from its rerun under another after a few
+    dozen trials), so they are part of the cache key."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for lib in ("optuna", "numpy", "scipy", "onnxruntime"):
+        try:
+            out.append(f"{lib} {version(lib)}")
+        except PackageNotFoundError:
+            out.append(f"{lib} -")
+    return "; ".join(out)
 
 
 def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> str:
@@ -173,6 +192,17 @@ def sh_bracket(curve_of: Any, budget: int, seed: int, n: int, eta: int, levels: 
     return Run(finished, used)
 
 
+def good_set(name: str) -> Any:
+    """A candidate good set for TPE across fidelities (its `gamma`: trials -> good trials).
+    ``floor3``: the default's best 5%, but never fewer than 3 trials (the default fits its
+    good density on one trial until 20 have reported)."""
+    from search.sampling.multifidelity import GOOD_CAP, good_trials
+
+    if name == "floor3":
+        return lambda n: min(max(good_trials(n), min(3, n)), GOOD_CAP)
+    raise ValueError(f"unknown good set {name!r}")
+
+
 def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data: str | None) -> Run:
     import optuna
 
@@ -191,10 +221,12 @@ def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data:
         from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
         from search.sampling.multifidelity import MIN_POINTS
 
-        sampler = make_variant(
-            {"tpe": {"multivariate": False, "constant_liar": True}, "min_points": MIN_POINTS},
-            seed,
-        )
+        tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
+        if spec.get("good"):
+            tpe["gamma"] = good_set(spec["good"])
+        if spec.get("startup"):
+            tpe["n_startup_trials"] = spec["startup"]
+        sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
         if spec.get("bound") is not None:
             from search.sampling.bounded import bound
 

@@ -52,3 +52,18 @@ def test_the_sh_bracket_finishes_its_first_three_trials_after_752_775_and_798_ep
     # 243 x 1 + 81 x 2 + 27 x 6 + 9 x 18 epochs, then the last three trained 23 more each.
     assert [at for at, _ in run.finished] == [752, 775, 798]
     assert run.epochs == 800
+
+
+def test_a_cached_study_is_not_reused_under_other_library_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same code under another optuna or numpy gave other trials after a few dozen (seen
+    between two machines), so the cache key holds the libraries' versions too."""
+    from bench.efficiency import design
+
+    here = design.cache_key("default", "3945", 0, 5000, "val_accuracy")
+    assert here == design.cache_key("default", "3945", 0, 5000, "val_accuracy")
+    assert "optuna" in design.library_versions() and "numpy" in design.library_versions()
+    monkeypatch.setattr(design, "library_versions", lambda: "optuna 9.9; numpy 9.9")
+    assert design.cache_key("default", "3945", 0, 5000, "val_accuracy") != here
+    assert design.cache_key("random", "3945", 0, 5000, "val_accuracy") != here
