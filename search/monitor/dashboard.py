@@ -36,7 +36,13 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
-from search.monitor.dashboard_frontend import BundleWithCurves, bundle_path, patch_bundle
+from search.monitor.dashboard_frontend import (
+    BundleWithCurves,
+    bundle_path,
+    patch_bundle,
+    patch_trials_fetch,
+)
+from search.monitor.dashboard_summary import SUMMARY_ABOVE, TrialSummary
 from search.monitor.stopping import stop_on_signals
 from search.worker.artifacts import artifact_store_for, existing_directory
 
@@ -203,11 +209,21 @@ class DashboardServer:
         self.storage = storage
         self.artifact_store = artifact_store_for(storage, artifacts)
         self.read_only = is_read_only(storage)
-        bottle_app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
+        optuna_storage = storage.optuna_storage()
+        bottle_app = wsgi(optuna_storage, artifact_store=self.artifact_store)
         self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
-        bundle = patch_bundle(bundle_path().read_text(encoding="utf-8"))
+        source = bundle_path().read_text(encoding="utf-8")
+        bundle = patch_bundle(source)
         self.curves_drawn = bundle is not None  # else optuna-dashboard's own chart
-        app = GzipJson(BundleWithCurves(bottle_app, bundle) if bundle else bottle_app)
+        summary = TrialSummary(bottle_app, optuna_storage, SUMMARY_ABOVE)
+        summarizing = patch_trials_fetch(bundle or source, SUMMARY_ABOVE)
+        # else a large study's page loads (and draws) every trial, as optuna-dashboard's does
+        self.summaries = summary.available and summarizing is not None
+        if self.summaries:
+            bundle, api = summarizing, summary
+        else:
+            api = bottle_app
+        app = GzipJson(BundleWithCurves(api, bundle) if bundle else api)
         server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(
