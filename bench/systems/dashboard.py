@@ -1,7 +1,7 @@
 """The dashboard on a large study: API time and size, and when (whether) the page is usable.
 
 A study of N trials (default 10,000) is written straight into Optuna's tables in a few bulk
-inserts, shaped like an hpsearch study after Hyperband: 5 params, 12 provenance attributes per
+inserts (COPY), shaped like an hpsearch study after Hyperband: 5 params, 12 provenance attributes per
 trial, one intermediate value per epoch (a third of the trials complete 9 epochs, the others
 are pruned after 1 or 3). It is an hpsearch study (created by `create_study`, with its note).
 
@@ -172,12 +172,28 @@ def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
                 {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                 for k, v in provenance.items()
             ]
-        conn.execute(sa.insert(trial_values), values)
-        conn.execute(sa.insert(trial_params), params)
-        conn.execute(sa.insert(trial_intermediate_values), intermediate)
-        conn.execute(sa.insert(trial_user_attributes), attrs)
+        for table, rows in (
+            (trial_values, values),
+            (trial_params, params),
+            (trial_intermediate_values, intermediate),
+            (trial_user_attributes, attrs),
+        ):
+            copy_rows(conn, table, rows)
     storage.close()
     return study.study_id, name
+
+
+def copy_rows(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """`rows` into `table` with PostgreSQL's COPY: 10,000 trials' 200,000 rows in seconds (an
+    INSERT per row, what executemany sends, took most of a minute on a busy machine)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    names = ", ".join(columns)
+    with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in columns])
 
 
 class Server:
