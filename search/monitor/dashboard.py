@@ -66,8 +66,9 @@ NO_AUTH_WARNING = (
 )
 
 
-LARGE_STUDY_TRIALS = 2000
-"""Above this many trials a study's page is slow to become usable (bench/systems/dashboard.py)."""
+LARGE_STUDY_TRIALS = SUMMARY_ABOVE
+"""Above this many trials a study's page shows a summary of its trials (every trial was slow to
+draw: bench/systems/dashboard.py), and the study is read when the dashboard starts."""
 
 
 def large_studies(storage: Storage) -> list[tuple[str, int]]:
@@ -240,23 +241,30 @@ class DashboardServer:
 
     def warm_up(self) -> None:
         """Read every large study once, as its page's first answer would (its trials, optuna-
-        dashboard's summary of them), so that the first page opened does not wait for it: the
-        finished trials stay in memory after (bench/systems/dashboard.py: 10,000 trials take
-        seconds to read, then a fraction of a second). Runs in a thread of its own while the
-        server answers; a failure only leaves the first page slower."""
+        dashboard's summary of them, its parameters' importances), so that the first page opened
+        does not wait for it: the finished trials stay in memory after (bench/systems/
+        dashboard.py: 10,000 trials take half a minute to read on a busy machine, then a
+        fraction of a second). Runs in a thread of its own while the server answers; a failure
+        only leaves the first page slower."""
         try:
             optuna_storage = self.storage.optuna_storage()
             for name, n in large_studies(self.storage):
                 study_id = optuna_storage.get_study_id_from_name(name)
-                environ: dict[str, Any] = {}
-                setup_testing_defaults(environ)
-                # after=n: the whole answer computed, none of its trials sent
-                environ.update(PATH_INFO=f"/api/studies/{study_id}", QUERY_STRING=f"after={n}")
-                body = self._bottle_app(environ, lambda *args: None)
-                for _ in body:
-                    pass
-                if hasattr(body, "close"):
-                    body.close()
+                # after=n: the whole answer computed, none of its trials sent; then the
+                # parameters' importances the study page asks for (cached by optuna-dashboard
+                # until more trials complete: seconds at 10,000 trials, beside the page's answer)
+                for path, query in (
+                    (f"/api/studies/{study_id}", f"after={n}"),
+                    (f"/api/studies/{study_id}/param_importances", ""),
+                ):
+                    environ: dict[str, Any] = {}
+                    setup_testing_defaults(environ)
+                    environ.update(PATH_INFO=path, QUERY_STRING=query)
+                    body = self._bottle_app(environ, lambda *args: None)
+                    for _ in body:
+                        pass
+                    if hasattr(body, "close"):
+                        body.close()
         except Exception as exc:  # the server still answers, only the first page is slower
             logger.debug("warming the large studies up failed: %s", exc)
         finally:
@@ -333,10 +341,14 @@ def _announce(dashboard: DashboardServer, host: str, artifacts: str | None) -> N
             file=sys.stderr,
         )
     for name, n in large_studies(storage):
+        shown = (
+            "its study page shows a summary of its trials, its trial list every trial"
+            if dashboard.summaries
+            else "its page loads every trial at once"
+        )
         print(
-            f"study {name!r} has {n} trials: its page loads every trial at once (read "
-            f"now, in the background; README: Large studies); `hpsearch status --study "
-            f"{name}` answers at once",
+            f"study {name!r} has {n} trials: {shown} (read now, in the background; README: "
+            f"Large studies); `hpsearch status --study {name}` answers at once",
             file=sys.stderr,
         )
     if not is_loopback(host):
