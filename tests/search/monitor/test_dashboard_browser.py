@@ -264,7 +264,8 @@ def test_a_study_of_10000_trials_opens_with_every_trial_reachable(
     browser: Any, tmp_path: Path
 ) -> None:
     """Issue 29: the study page of 10,000 trials is drawn (a summary of its trials, said on
-    the page), and the trial list has every trial, a trial left out of the summary among them."""
+    the page), and the trial list has every trial, a trial left out of the summary among them;
+    moving between them within the page switches between the summary and every trial."""
     import time
 
     from bench.systems.dashboard import make_study as make_large_study
@@ -298,11 +299,36 @@ def test_a_study_of_10000_trials_opens_with_every_trial_reachable(
             assert f"This page shows {len(summary)} of the study's 10,000 trials" in banner
             assert "every trial (10,000)" in banner
             link = browser.find_element("css selector", "#hpsearch-summary a")
-            assert link.get_attribute("href").endswith(f"/dashboard/studies/{study_id}/trials")
+            trial_list = link.get_attribute("href")
+            assert trial_list.endswith(f"/dashboard/studies/{study_id}/trials")
             assert browser.save_screenshot(str(tmp_path / "large-history.png"))
 
+            # within the page (the drawer): the trial list gets every trial, and the study's
+            # page its summary again
+            drawer = "a[href$='/dashboard/studies/{}{}']:not(#hpsearch-summary a)"
+            browser.find_element("css selector", drawer.format(study_id, "/trials")).click()
+            wait_until(
+                browser,
+                lambda d: (
+                    f"{LARGE_TRIALS} Trials" in d.find_element("tag name", "body").text
+                    and not d.find_elements("id", "hpsearch-summary")
+                ),
+                f"the trial list of every trial ({LARGE_TRIALS} Trials), no banner",
+                LARGE_PAGE_WAIT_S,
+            )
+            browser.find_element("css selector", drawer.format(study_id, "")).click()
+            wait_until(
+                browser,
+                lambda d: (
+                    d.execute_script(HISTORY_POINTS) == len(summary)
+                    and d.find_elements("id", "hpsearch-summary")
+                ),
+                "the study's page from its summary again",
+                LARGE_PAGE_WAIT_S,
+            )
+
             left_out = next(n for n in range(4321, LARGE_TRIALS) if n not in summary)
-            browser.get(f"{link.get_attribute('href')}?numbers={left_out}")
+            browser.get(f"{trial_list}?numbers={left_out}")
             wait_until(
                 browser,
                 lambda d: (
