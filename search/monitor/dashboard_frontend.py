@@ -12,12 +12,19 @@ does (one line per trial, named in the legend), paused trials included and named
 above that, every curve still, but as one line per kind of trial (complete, pruned, running,
 paused, infeasible), curves separated by gaps, each point saying its trial on hover. The
 timeline, which shows the last 100 trials, draws bars only for them past `TIMELINE_BARS_OF_ALL`
-trials (optuna-dashboard draws one for every trial). Nothing else on the page changes, and every
-trial keeps its own page with its own curve.
+trials (optuna-dashboard draws one for every trial). Nothing else in the drawing changes, and
+every trial keeps its own page with its own curve.
 
-The bundle is minified: the function is found by what it does (its filter on the trial states,
-its per-trial traces), not by a name. When optuna-dashboard's bundle no longer has that shape
-(another version), the bundle is served as it is and `hpsearch dashboard` says so.
+For studies of more than `search.monitor.dashboard_summary.SUMMARY_ABOVE` trials, the study's
+top and analytics pages are fed a summary of the trials (`patch_trials_fetch`: the page's study
+refresh asks for the whole summary again rather than the trials after those it holds, and a
+wrapper around `fetch` asks for the summary on those pages and says what it shows in a banner;
+`search/monitor/dashboard_summary.py` answers).
+
+The bundle is minified: each function is found by what it does (its filter on the trial states,
+its per-trial traces; the refresh's `after`), not by a name. Where optuna-dashboard's bundle no
+longer has that shape (another version), that part is served as it is (every trial drawn one by
+one; every trial loaded) and `hpsearch dashboard` says so.
 """
 
 from __future__ import annotations
