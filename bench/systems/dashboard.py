@@ -1,23 +1,29 @@
 """The dashboard on a large study: API time and size, and when (whether) the page is usable.
 
-A study of N trials (default 10,000) is written straight into Optuna's tables in a few bulk
-inserts, shaped like an hpsearch study after Hyperband: 5 params, 12 provenance attributes per
-trial, one intermediate value per epoch (a third of the trials complete 9 epochs, the others
-are pruned after 1 or 3). It is an hpsearch study (created by `create_study`, with its note).
+A study of N trials (default 10,000) is written straight into Optuna's tables (COPY), shaped
+like an hpsearch study after Hyperband: 5 params, 12 provenance attributes per trial, one
+intermediate value per epoch (a third of the trials complete 9 epochs, the others are pruned
+after 1 or 3). It is an hpsearch study (created by `create_study`, with its note).
 
-Two servers run side by side on it, in processes of their own: plain optuna-dashboard (its own
-command, `optuna-dashboard URL`, as a user starts it) and `hpsearch dashboard`. For each:
+The servers run side by side on it, in processes of their own: plain optuna-dashboard (its own
+command, `optuna-dashboard URL`, as a user starts it), `hpsearch dashboard`, and with --before
+DIR the `hpsearch dashboard` of another checkout. For each:
 
-- the study's API answer (`/api/studies/ID`, what the page loads first): seconds and bytes,
-  asked three times: cold (the server's first), again at once (optuna-dashboard's own cache
-  of the trial list, 10 s for large studies), and after that cache expired (what every later
-  refresh of an open page costs); with `Accept-Encoding: gzip` as browsers send it;
+- the study's API answer (`/api/studies/ID`, every trial): seconds and bytes, asked cold (the
+  server's first), again at once (optuna-dashboard's own cache of the trial list, 10 s for
+  large studies), and after that cache expired; then what an open page asks every few seconds
+  once that cache expired: the trials after those it has (`after=N`, all finished here) and,
+  where the page shows a summary of the trials (`search/monitor/dashboard_summary.py`), that
+  summary again (`after=0&hpsearch_summary=1`); with `Accept-Encoding: gzip` as browsers send;
 - the page in headless Chromium (Debian's, through Selenium and Debian's chromedriver): seconds
-  until the history chart shows the metric on its axis, then until the trial list shows
-  "N Trials", each capped at --page-wait-s.
+  (and the browser's CPU seconds) until the history chart shows the metric on its axis and the
+  intermediate-values chart a curve, the points on the history chart then, and the seconds
+  until the trial list shows "N Trials", each capped at --page-wait-s.
 
     python -m bench.systems.dashboard  # 1,000 then 10,000 trials (~15 minutes)
     python -m bench.systems.dashboard --trials 2000 --page-wait-s 60
+    mkdir /tmp/before && git archive main | tar -x -C /tmp/before
+    python -m bench.systems.dashboard --sides "hpsearch dashboard" --before /tmp/before
 """
 
 from __future__ import annotations
@@ -172,21 +178,39 @@ def make_study(url: str, n_trials: int, seed: int = 0) -> tuple[int, str]:
                 {"trial_id": trial_id, "key": k, "value_json": json.dumps(v)}
                 for k, v in provenance.items()
             ]
-        conn.execute(sa.insert(trial_values), values)
-        conn.execute(sa.insert(trial_params), params)
-        conn.execute(sa.insert(trial_intermediate_values), intermediate)
-        conn.execute(sa.insert(trial_user_attributes), attrs)
+        for table, rows in (
+            (trial_values, values),
+            (trial_params, params),
+            (trial_intermediate_values, intermediate),
+            (trial_user_attributes, attrs),
+        ):
+            copy_rows(conn, table, rows)
     storage.close()
     return study.study_id, name
+
+
+def copy_rows(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """`rows` into `table` with PostgreSQL's COPY: 10,000 trials' 200,000 rows in seconds (an
+    INSERT per row, what executemany sends, took most of a minute on a busy machine)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+    names = ", ".join(columns)
+    with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row([row[c] for c in columns])
 
 
 class Server:
     """A dashboard command in its own process, on a free port."""
 
-    def __init__(self, label: str, argv: list[str], port: int, env: dict[str, str]) -> None:
+    def __init__(
+        self, label: str, argv: list[str], port: int, env: dict[str, str], cwd: str | None = None
+    ) -> None:
         self.label, self.port = label, port
         self.proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 120
         while True:
@@ -218,8 +242,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def api_answer(base: str, study_id: int, after: int = 0) -> dict[str, Any]:
-    query = f"?after={after}" if after else ""
+def api_answer(base: str, study_id: int, after: int = 0, summary: bool = False) -> dict[str, Any]:
+    query = f"?after={after}" if after or summary else ""
+    query += "&hpsearch_summary=1" if summary else ""
     request = urllib.request.Request(
         f"{base}/api/studies/{study_id}{query}", headers={"Accept-Encoding": "gzip"}
     )
@@ -241,7 +266,16 @@ def measure_api(server: Server, study_id: int) -> dict[str, Any]:
     time.sleep(11)
     # what an open page asks every few seconds: the trials after those it has, all finished here
     refresh = api_answer(server.base, study_id, after=expired["trials"])
-    return {"cold": cold, "cached": cached, "expired": expired, "refresh": refresh}
+    time.sleep(11)
+    # what an open study page asks every few seconds where it shows a summary of the trials
+    summary = api_answer(server.base, study_id, summary=True)
+    return {
+        "cold": cold,
+        "cached": cached,
+        "expired": expired,
+        "refresh": refresh,
+        "summary_refresh": summary,
+    }
 
 
 def measure_page(server: Server, study_id: int, n_trials: int, wait_s: float) -> dict[str, Any]:
@@ -256,12 +290,13 @@ def measure_page(server: Server, study_id: int, n_trials: int, wait_s: float) ->
     )
     trial_list = f"return document.body.innerText.includes('{n_trials} Trials')"
     base = f"{server.base}/dashboard/studies/{study_id}"
-    history_s, history_cpu = time_page(f"{base}", chart, wait_s)
-    list_s, list_cpu = time_page(f"{base}/trials", trial_list, wait_s)
+    history_s, history_cpu, points = time_page(f"{base}", chart, wait_s, HISTORY_POINTS)
+    list_s, list_cpu, _ = time_page(f"{base}/trials", trial_list, wait_s)
     return {
         "cap_s": wait_s,
         "history_chart_s": history_s,
         "history_chart_browser_cpu_s": history_cpu,
+        "history_chart_points": points,
         "trial_list_s": list_s,
         "trial_list_browser_cpu_s": list_cpu,
     }
@@ -284,9 +319,22 @@ def _group_cpu_s(group: int) -> float:
     return total / tick
 
 
-def time_page(url: str, shown: str, wait_s: float) -> tuple[float | None, float | None]:
-    """(seconds, the browser's CPU seconds) from navigation until the script `shown` returns
-    true in the page; (None, None) if not within `wait_s`."""
+HISTORY_POINTS = """
+for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+  const y = plot.querySelector('.ytitle'), x = plot.querySelector('.xtitle');
+  if (y && y.textContent === 'val_accuracy' && x && x.textContent === 'Trial')
+    return plot.querySelectorAll('.scatterlayer .point').length;
+}
+return null;
+"""
+"""The trials drawn on the history chart (a summary of them, or every one)."""
+
+
+def time_page(
+    url: str, shown: str, wait_s: float, then: str = "return null"
+) -> tuple[float | None, float | None, Any]:
+    """(seconds, the browser's CPU seconds, what the script `then` returns after) from
+    navigation until the script `shown` returns true in the page; Nones if not within `wait_s`."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -320,13 +368,14 @@ def time_page(url: str, shown: str, wait_s: float) -> tuple[float | None, float 
             try:
                 if driver.execute_script(shown):
                     seconds = time.perf_counter() - began
-                    return round(seconds, 1), round(_group_cpu_s(group) - cpu_before, 1)
+                    cpu = _group_cpu_s(group) - cpu_before
+                    return round(seconds, 1), round(cpu, 1), driver.execute_script(then)
             except Exception:  # the renderer too busy to answer
                 pass
             time.sleep(0.2)
-        return None, None
+        return None, None, None
     except Exception:  # the page did not even load within wait_s
-        return None, None
+        return None, None, None
     finally:
         # A headless renderer left behind keeps eating the machine's cores; one too busy to
         # answer does not quit when asked.
@@ -346,18 +395,33 @@ def main() -> None:
     parser.add_argument(
         "--sides",
         default="optuna-dashboard,hpsearch dashboard",
-        help="which servers, comma-separated (default: both)",
+        help="which servers, comma-separated (default: both; with --before, "
+        "'hpsearch dashboard (before)' too)",
+    )
+    parser.add_argument(
+        "--before",
+        metavar="DIR",
+        help="a checkout of an earlier commit (git worktree add, git archive): its `hpsearch "
+        "dashboard` is measured too, side by side, as 'hpsearch dashboard (before)'",
     )
     args = parser.parse_args()
     sides = args.sides.split(",")
+    if args.before and BEFORE not in sides:
+        sides.append(BEFORE)
     summary = [
-        run(int(n), args.page_wait_s, not args.no_browser, sides) for n in args.trials.split(",")
+        run(int(n), args.page_wait_s, not args.no_browser, sides, args.before)
+        for n in args.trials.split(",")
     ]
     print(json.dumps(summary, indent=1))
 
 
-def run(n_trials: int, page_wait_s: float, browser: bool, sides: list[str]) -> dict[str, Any]:
-    """Both servers on one study of `n_trials`, in a database of its own (dropped after)."""
+BEFORE = "hpsearch dashboard (before)"
+
+
+def run(
+    n_trials: int, page_wait_s: float, browser: bool, sides: list[str], before: str | None = None
+) -> dict[str, Any]:
+    """The servers on one study of `n_trials`, in a database of its own (dropped after)."""
     admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
     database = f"hpsearch_bench_dashboard_{uuid.uuid4().hex[:6]}"
     with admin.connect() as conn:
@@ -395,12 +459,18 @@ def run(n_trials: int, page_wait_s: float, browser: bool, sides: list[str]) -> d
             ],
         }
         ports = {"optuna-dashboard": plain_port, "hpsearch dashboard": ours_port}
+        envs = {label: env for label in commands}
+        if before:
+            ports[BEFORE] = free_port()
+            commands[BEFORE] = [*commands["hpsearch dashboard"][:-1], str(ports[BEFORE])]
+            envs[BEFORE] = {**env, "PYTHONPATH": os.path.abspath(before)}
         results: dict[str, Any] = {}
         for label, argv in commands.items():
             if label not in sides:
                 continue
             print(f"{label}: load average {os.getloadavg()}", flush=True)
-            server = Server(label, argv, ports[label], env)
+            cwd = before if label == BEFORE else None  # `python -m` reads its cwd first
+            server = Server(label, argv, ports[label], envs[label], cwd)
             servers.append(server)
             try:
                 results[label] = {"api": measure_api(server, study_id)}

@@ -36,7 +36,13 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
-from search.monitor.dashboard_frontend import BundleWithCurves, bundle_path, patch_bundle
+from search.monitor.dashboard_frontend import (
+    BundleWithCurves,
+    bundle_path,
+    patch_bundle,
+    patch_trials_fetch,
+)
+from search.monitor.dashboard_summary import SUMMARY_ABOVE, TrialSummary
 from search.monitor.stopping import stop_on_signals
 from search.worker.artifacts import artifact_store_for, existing_directory
 
@@ -60,8 +66,9 @@ NO_AUTH_WARNING = (
 )
 
 
-LARGE_STUDY_TRIALS = 2000
-"""Above this many trials a study's page is slow to become usable (bench/systems/dashboard.py)."""
+LARGE_STUDY_TRIALS = SUMMARY_ABOVE
+"""Above this many trials a study's page shows a summary of its trials (every trial was slow to
+draw: bench/systems/dashboard.py), and the study is read when the dashboard starts."""
 
 
 def large_studies(storage: Storage) -> list[tuple[str, int]]:
@@ -203,11 +210,21 @@ class DashboardServer:
         self.storage = storage
         self.artifact_store = artifact_store_for(storage, artifacts)
         self.read_only = is_read_only(storage)
-        bottle_app = wsgi(storage.optuna_storage(), artifact_store=self.artifact_store)
+        optuna_storage = storage.optuna_storage()
+        bottle_app = wsgi(optuna_storage, artifact_store=self.artifact_store)
         self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
-        bundle = patch_bundle(bundle_path().read_text(encoding="utf-8"))
+        source = bundle_path().read_text(encoding="utf-8")
+        bundle = patch_bundle(source)
         self.curves_drawn = bundle is not None  # else optuna-dashboard's own chart
-        app = GzipJson(BundleWithCurves(bottle_app, bundle) if bundle else bottle_app)
+        summary = TrialSummary(bottle_app, optuna_storage, SUMMARY_ABOVE)
+        summarizing = patch_trials_fetch(bundle or source, SUMMARY_ABOVE)
+        # else a large study's page loads (and draws) every trial, as optuna-dashboard's does
+        self.summaries = summary.available and summarizing is not None
+        if self.summaries:
+            bundle, api = summarizing, summary
+        else:
+            api = bottle_app
+        app = GzipJson(BundleWithCurves(api, bundle) if bundle else api)
         server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(
@@ -224,23 +241,30 @@ class DashboardServer:
 
     def warm_up(self) -> None:
         """Read every large study once, as its page's first answer would (its trials, optuna-
-        dashboard's summary of them), so that the first page opened does not wait for it: the
-        finished trials stay in memory after (bench/systems/dashboard.py: 10,000 trials take
-        seconds to read, then a fraction of a second). Runs in a thread of its own while the
-        server answers; a failure only leaves the first page slower."""
+        dashboard's summary of them, its parameters' importances), so that the first page opened
+        does not wait for it: the finished trials stay in memory after (bench/systems/
+        dashboard.py: 10,000 trials take half a minute to read on a busy machine, then a
+        fraction of a second). Runs in a thread of its own while the server answers; a failure
+        only leaves the first page slower."""
         try:
             optuna_storage = self.storage.optuna_storage()
             for name, n in large_studies(self.storage):
                 study_id = optuna_storage.get_study_id_from_name(name)
-                environ: dict[str, Any] = {}
-                setup_testing_defaults(environ)
-                # after=n: the whole answer computed, none of its trials sent
-                environ.update(PATH_INFO=f"/api/studies/{study_id}", QUERY_STRING=f"after={n}")
-                body = self._bottle_app(environ, lambda *args: None)
-                for _ in body:
-                    pass
-                if hasattr(body, "close"):
-                    body.close()
+                # after=n: the whole answer computed, none of its trials sent; then the
+                # parameters' importances the study page asks for (cached by optuna-dashboard
+                # until more trials complete: seconds at 10,000 trials, beside the page's answer)
+                for path, query in (
+                    (f"/api/studies/{study_id}", f"after={n}"),
+                    (f"/api/studies/{study_id}/param_importances", ""),
+                ):
+                    environ: dict[str, Any] = {}
+                    setup_testing_defaults(environ)
+                    environ.update(PATH_INFO=path, QUERY_STRING=query)
+                    body = self._bottle_app(environ, lambda *args: None)
+                    for _ in body:
+                        pass
+                    if hasattr(body, "close"):
+                        body.close()
         except Exception as exc:  # the server still answers, only the first page is slower
             logger.debug("warming the large studies up failed: %s", exc)
         finally:
@@ -317,10 +341,14 @@ def _announce(dashboard: DashboardServer, host: str, artifacts: str | None) -> N
             file=sys.stderr,
         )
     for name, n in large_studies(storage):
+        shown = (
+            "its study page shows a summary of its trials, its trial list every trial"
+            if dashboard.summaries
+            else "its page loads every trial at once"
+        )
         print(
-            f"study {name!r} has {n} trials: its page loads every trial at once (read "
-            f"now, in the background; README: Large studies); `hpsearch status --study "
-            f"{name}` answers at once",
+            f"study {name!r} has {n} trials: {shown} (read now, in the background; README: "
+            f"Large studies); `hpsearch status --study {name}` answers at once",
             file=sys.stderr,
         )
     if not is_loopback(host):

@@ -12,12 +12,19 @@ does (one line per trial, named in the legend), paused trials included and named
 above that, every curve still, but as one line per kind of trial (complete, pruned, running,
 paused, infeasible), curves separated by gaps, each point saying its trial on hover. The
 timeline, which shows the last 100 trials, draws bars only for them past `TIMELINE_BARS_OF_ALL`
-trials (optuna-dashboard draws one for every trial). Nothing else on the page changes, and every
-trial keeps its own page with its own curve.
+trials (optuna-dashboard draws one for every trial). Nothing else in the drawing changes, and
+every trial keeps its own page with its own curve.
 
-The bundle is minified: the function is found by what it does (its filter on the trial states,
-its per-trial traces), not by a name. When optuna-dashboard's bundle no longer has that shape
-(another version), the bundle is served as it is and `hpsearch dashboard` says so.
+For studies of more than `search.monitor.dashboard_summary.SUMMARY_ABOVE` trials, the study's
+top and analytics pages are fed a summary of the trials (`patch_trials_fetch`: the page's study
+refresh asks for the whole summary again rather than the trials after those it holds, and a
+wrapper around `fetch` asks for the summary on those pages and says what it shows in a banner;
+`search/monitor/dashboard_summary.py` answers).
+
+The bundle is minified: each function is found by what it does (its filter on the trial states,
+its per-trial traces; the refresh's `after`), not by a name. Where optuna-dashboard's bundle no
+longer has that shape (another version), that part is served as it is (every trial drawn one by
+one; every trial loaded) and `hpsearch dashboard` says so.
 """
 
 from __future__ import annotations
@@ -30,7 +37,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CURVES_ONE_BY_ONE", "BundleWithCurves", "bundle_path", "patch_bundle"]
+__all__ = [
+    "CURVES_ONE_BY_ONE",
+    "BundleWithCurves",
+    "bundle_path",
+    "patch_bundle",
+    "patch_trials_fetch",
+]
 
 CURVES_ONE_BY_ONE = 300
 """Up to this many curves in the chart, one line each (optuna-dashboard's drawing); above, one
@@ -135,6 +148,94 @@ def patch_bundle(source: str, limit: int = CURVES_ONE_BY_ONE) -> str | None:
         start = t.end() - len(t["trials"] + ".filter(")  # the trials the bars are taken from
         patched = patched[:start] + bars + ".filter(" + patched[t.end() :]
     return _HELPER_JS % {"helper": _HELPER} + patched
+
+
+# optuna-dashboard 0.21's updateStudyDetail: it asks for the trials after the first unfinished
+# one it holds (`n`) and puts them after the ones it keeps:
+#   let n=0;if(r in i){const e=i[r].trials,t=e.findIndex(...);n=-1===t?e.length:t}
+#   e.getStudyDetail(r,n).then(e=>{...;const t=r in i?i[r].trials.slice(0,n):[];
+#   e.trials=t.concat(e.trials),h(r,e)})
+_REFRESH = re.compile(
+    r"(?P<after>[\w$]+)=-1===(?P<i>[\w$]+)\?(?P<held>[\w$]+)\.length:(?P=i)\}"
+    r"(?P<client>[\w$]+)\.getStudyDetail\((?P<study>[\w$]+),(?P=after)\)\.then\("
+)
+
+# Prepended to the bundle with `_REFRESH` patched: the study's top and analytics pages ask for a
+# summary of a large study's trials (search/monitor/dashboard_summary.py) and say so in a banner.
+_SUMMARY_JS = """\
+(function () {
+  var above = %(above)d, summarized = {}, total = {};
+  function summaryPage() {
+    return /\\/studies\\/\\d+(\\/analytics)?\\/?$/.test(window.location.pathname);
+  }
+  // A summary held is replaced whole (`after` 0), and so is every trial held on a page that
+  // shows a summary; otherwise the trials after the first unfinished one, as optuna-dashboard asks.
+  window.%(after)s = function (studyId, after) {
+    if (summarized[studyId] || (summaryPage() && total[studyId] > above)) return 0;
+    return after;
+  };
+  function banner(studyId, text) {
+    var div = document.getElementById("hpsearch-summary");
+    if (text === null || !summaryPage()) {
+      if (div) div.remove();
+      return;
+    }
+    if (!div) {
+      div = document.createElement("div");
+      div.id = "hpsearch-summary";
+      div.style.cssText = "position:fixed;left:0;right:0;bottom:0;z-index:2000;" +
+        "padding:6px 16px;font:14px sans-serif;background:#fff8e1;color:#333;" +
+        "border-top:1px solid #ffcc80";
+      document.body.appendChild(div);
+    }
+    var trialList = window.location.pathname.replace(
+      /\\/studies\\/(\\d+).*$/, "/studies/$1/trials");
+    div.textContent = "hpsearch dashboard: " + text + " ";
+    var link = document.createElement("a");
+    link.href = trialList;
+    link.textContent = "every trial (" + total[studyId].toLocaleString("en-US") + ")";
+    div.appendChild(link);
+  }
+  var plainFetch = window.fetch;
+  window.fetch = function (input, init) {
+    var found = typeof input === "string" &&
+      /\\/api\\/studies\\/(\\d+)\\?after=(\\d+)$/.exec(input);
+    if (!found) return plainFetch.apply(window, arguments);
+    var studyId = Number(found[1]);
+    var url = found[2] === "0" && summaryPage() ? input + "&hpsearch_summary=1" : input;
+    return plainFetch.call(window, url, init).then(function (answer) {
+      if (answer.ok) {
+        var n = answer.headers.get("X-Hpsearch-Trials");
+        if (n !== null) total[studyId] = Number(n);
+        var text = answer.headers.get("X-Hpsearch-Summary");
+        summarized[studyId] = text !== null;
+        banner(studyId, text);
+      }
+      return answer;
+    });
+  };
+})();
+"""
+
+_AFTER = "hpsearchTrialsAfter"
+
+
+def patch_trials_fetch(source: str, above: int) -> str | None:
+    """optuna-dashboard's script bundle with the study page fed a summary of the trials of
+    studies of more than `above` trials (`search/monitor/dashboard_summary.py` answers it);
+    None when the bundle does not have the expected shape (exactly one refresh of a study)."""
+    found = _near(source, _REFRESH, ".getStudyDetail(", 300, 300)
+    if len(found) != 1:
+        return None
+    m = found[0]
+    after, study = m["after"], m["study"]
+    replacement = (
+        f"{after}=-1==={m['i']}?{m['held']}.length:{m['i']}}}"
+        f"{after}=window.{_AFTER}({study},{after});"
+        f"{m['client']}.getStudyDetail({study},{after}).then("
+    )
+    patched = source[: m.start()] + replacement + source[m.end() :]
+    return _SUMMARY_JS % {"above": int(above), "after": _AFTER} + patched
 
 
 def _near(

@@ -7,7 +7,12 @@ import gzip
 import json
 import time
 
-from search.monitor.dashboard_frontend import BundleWithCurves, bundle_path, patch_bundle
+from search.monitor.dashboard_frontend import (
+    BundleWithCurves,
+    bundle_path,
+    patch_bundle,
+    patch_trials_fetch,
+)
 
 
 def test_the_installed_optuna_dashboard_gets_the_chart_paused_trials_included() -> None:
@@ -29,6 +34,17 @@ def test_a_bundle_of_another_shape_is_left_alone() -> None:
     start = source.index('"Running"===e.state),')
     twice = source + source[start - 400 : start + 1200]
     assert patch_bundle(twice) is None  # two candidates: neither is guessed at
+
+
+def test_the_installed_optuna_dashboard_asks_for_a_summary_of_large_studies() -> None:
+    source = bundle_path().read_text(encoding="utf-8")
+    patched = patch_trials_fetch(source, above=2000)
+    assert patched is not None, "optuna-dashboard's bundle changed shape: pages load every trial"
+    # the refresh asks what the page's script says (0: every trial, or the summary, again)
+    assert patched.count("=window.hpsearchTrialsAfter(") == 1
+    assert "var above = 2000," in patched and "hpsearch_summary=1" in patched
+    assert len(patched) - len(source) < 5000 and source[-2000:] == patched[-2000:]
+    assert patch_trials_fetch("(()=>{console.log('no refresh here')})();", 2000) is None
 
 
 def test_the_bundle_is_served_compressed_and_revalidated() -> None:
