@@ -229,6 +229,8 @@ class TrialCache:
         """The reports of unfinished trials too, kept up to date (TPE across fidelities)."""
         self.version = 0
         """Goes up whenever a trial is added or replaced."""
+        self._log: list[int] = []  # ids of the trials added or replaced since `_log_epoch` began
+        self._log_epoch = 0  # goes up when `_log` starts over (readers of `changes` read all)
 
     @staticmethod
     def of(storage: Storage, study_id: int) -> TrialCache:
@@ -253,6 +255,7 @@ class TrialCache:
                 self._cursor = ChangeCursor(self.study_id)
                 self._generation += 1
                 self.version += 1
+                self._restart_log()
 
     def listen(self, on_rung_value: Callable[[int, int, str, Any], None]) -> None:
         """Call `on_rung_value(trial id, number, key, value)` for every rung value read, from
@@ -269,6 +272,32 @@ class TrialCache:
         with self.lock:
             return list(self._trials.values())
 
+    def changes(
+        self, since: tuple[int, int] | None
+    ) -> tuple[tuple[int, int], list[FrozenTrial], bool]:
+        """What changed since the call that returned the token `since`: (a token for the next
+        call, trials, whole). `whole`: the trials are every trial known (first call, or the
+        cache started over); else they are the trials added or replaced since, as they are
+        now, in the order they last changed. Reading what changed costs what changed, not the
+        study's size."""
+        with self.lock:
+            token = (self._log_epoch, len(self._log))
+            if since is None or since[0] != self._log_epoch or since[1] > len(self._log):
+                return token, list(self._trials.values()), True
+            ids = dict.fromkeys(self._log[since[1] :])
+            trials = self._trials
+            return token, [trials[i] for i in ids if i in trials], False
+
+    def _logged(self, trial_id: int) -> None:
+        """Note a trial added or replaced (the lock held)."""
+        self._log.append(trial_id)
+        if len(self._log) > 4 * len(self._trials) + 4096:
+            self._restart_log()  # bounded: a reader far behind reads all once
+
+    def _restart_log(self) -> None:
+        self._log = []
+        self._log_epoch += 1
+
     def get(self, trial_id: int) -> FrozenTrial | None:
         with self.lock:
             return self._trials.get(trial_id)
@@ -281,6 +310,7 @@ class TrialCache:
                 self._trials[trial_id] = light_trial(trial_id, number, TrialState.RUNNING)
                 self._cursor.unfinished.add(trial_id)
                 self.version += 1
+                self._logged(trial_id)
 
     def set_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         """An attribute this process set (a pruner's rung value): shown at once, and kept over
@@ -294,6 +324,7 @@ class TrialCache:
             trial.system_attrs = {**trial.system_attrs, key: value}
             self._trials[trial_id] = trial
             self.version += 1
+            self._logged(trial_id)
             if key.startswith(RUNG_PREFIX):
                 for listener in self._listeners:
                     listener(trial_id, trial.number, key, value)
@@ -306,7 +337,14 @@ class TrialCache:
         # a finished trial never goes back, rung values are only added.
         with self.lock:
             cursor = self._cursor.snapshot()
-            known = {i: (t.state, bool(t.params)) for i, t in self._trials.items()}
+            # The trials a refresh reads are the new ones (never known, but those claimed here,
+            # which are unfinished) and the unfinished ones: what is known of those is enough.
+            trials = self._trials
+            known = {
+                i: (t.state, bool(t.params))
+                for i in cursor.unfinished
+                if (t := trials.get(i)) is not None
+            }
             finished_curves, live_curves = self.finished_curves, self.live_curves
             generation = self._generation
         with self._storage.read() as conn:
@@ -359,6 +397,7 @@ class TrialCache:
                 trial.intermediate_values = curve
             self._trials[r.trial_id] = trial
             self._cursor.saw(r.trial_id, state)
+            self._logged(r.trial_id)
             changed += 1
             for listener in self._listeners:
                 for key, value in trial.system_attrs.items():

@@ -45,7 +45,7 @@ import bisect
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -75,6 +75,9 @@ study of that size runs; the bound only acts on the long studies whose cost it c
 
 _LIVE = (TrialState.RUNNING, TrialState.WAITING)
 
+_Feed = Callable[[Any], tuple[Any, "Sequence[FrozenTrial] | None"]]
+"""A storage's `trial_changes`: (token) -> (next token, the trials changed since, or None)."""
+
 
 class _Index:
     """One study's trials as the bound needs them, updated from the trials that changed."""
@@ -87,11 +90,22 @@ class _Index:
         self.by_step: dict[int, list[tuple[float, int]]] = {}  # epoch -> sorted (value, number)
         self.by_last: dict[int, list[tuple[float, int]]] = {}  # last epoch -> the same
         self.live: set[int] = set()  # running or queued, without reports
+        self.token: Any = None  # where the storage's feed of changes was last read
 
     def update(self, trials: Sequence[FrozenTrial]) -> None:
         seen = self.seen
         for t in [t for t in trials if seen.get(t.number) is not t]:
             self._apply(t)
+
+    def update_from(self, trials: Sequence[FrozenTrial], feed: _Feed | None) -> None:
+        """Bring the index up to `trials` (every trial of the study): through the storage's
+        `feed` of the trials that changed (`StudyMirror.trial_changes`: what changed since the
+        last look, not the whole study), else by looking at every trial."""
+        if feed is None:
+            self.update(trials)
+            return
+        self.token, changed = feed(self.token)
+        self.update(trials if changed is None else changed)
 
     def _apply(self, t: FrozenTrial) -> None:
         number = t.number
@@ -173,11 +187,14 @@ def bounded_trials(
     maximize: bool,
     best: int = BEST,
     recent: int = RECENT,
+    feed: _Feed | None = None,
 ) -> list[FrozenTrial] | None:
     """The trials to show TPE out of `trials` (sorted by number or not), or None when the
-    whole study should be shown (no level yet: too few trials reached any epoch)."""
+    whole study should be shown (no level yet: too few trials reached any epoch). `feed`: the
+    storage's feed of the trials that changed since the index last looked (`trials` is then
+    looked at whole only when the feed says so)."""
     with index.lock:
-        index.update(trials)
+        index.update_from(trials, feed)
         level = index.level(min_points)
         if level is None:
             return None
@@ -226,6 +243,9 @@ class BoundedFidelitySampler(FidelitySampler):
                     maximize=study.direction == StudyDirection.MAXIMIZE,
                     best=self.best,
                     recent=self.recent,
+                    # The worker's mirror says which trials changed since the last sample:
+                    # the index reads those, not the whole study (search.sampling.mirror).
+                    feed=getattr(study._storage, "trial_changes", None),
                 )
                 if kept is not None:
                     shown = kept

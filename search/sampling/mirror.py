@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import bisect
 import datetime
 from collections.abc import Container, Sequence
 from typing import Any
@@ -59,8 +60,16 @@ class StudyMirror(StudyFactsStorage):
         super().__init__(study)
         self._storage = storage
         self._sampled: dict[int, FrozenTrial] = {}  # provisional id (< 0) -> trial in memory
-        self._sorted: list[FrozenTrial] | None = None
-        self._sorted_at = -1  # the cache's version `_sorted` was built at
+        # The cache's trials as samplers see them, sorted by (number, trial id), kept up to date
+        # from what changed in the cache (`TrialCache.changes`), not rebuilt per sample.
+        self._shown: list[FrozenTrial] = []
+        self._keys: list[tuple[int, int]] = []  # (number, trial id) of each of `_shown`
+        self._token: tuple[int, int] | None = None  # where the last `TrialCache.changes` ended
+        self._sorted: list[FrozenTrial] | None = None  # `_shown` and `_sampled`, merged
+        # The trials shown that changed, in order, for readers that keep their own index of
+        # the study (`trial_changes`; search.sampling.bounded).
+        self._feed: list[FrozenTrial] = []
+        self._feed_epoch = 0
         self.all_curves = uses_fidelities(study.config)
         """Every trial's reports, running and paused trials' kept up to date, for samplers that
         learn across fidelities (search.sampling.multifidelity)."""
@@ -91,6 +100,7 @@ class StudyMirror(StudyFactsStorage):
             trial_id=trial_id,
         )
         self._sorted = None
+        self._note(self._sampled[trial_id])
         return trial_id
 
     def take_sampled(self) -> list[SampledTrial]:
@@ -116,17 +126,61 @@ class StudyMirror(StudyFactsStorage):
         )
 
     def _all(self) -> list[FrozenTrial]:
-        if self._sorted is None or self._sorted_at != self.cache.version:
-            self._sorted_at = self.cache.version
-            shown = [
-                _queued_as_running(t)
-                for t in self.cache.trials()
-                if t.params or t.state.is_finished()  # one claimed here, not read yet: not shown
-            ]
-            self._sorted = sorted(
-                [*shown, *self._sampled.values()], key=lambda t: (t.number, t._trial_id)
+        token, changed, whole = self.cache.changes(self._token)
+        self._token = token
+        if whole:
+            shown = sorted(
+                (s for s in map(_shown_as, changed) if s is not None), key=_number_and_id
             )
+            self._shown, self._keys = shown, [_number_and_id(t) for t in shown]
+            self._feed, self._feed_epoch = [], self._feed_epoch + 1
+            self._sorted = None
+        elif changed:
+            # A new list (a reader may hold the last one): a copy, then the changed trials.
+            shown, keys = list(self._shown), list(self._keys)
+            for trial in changed:
+                key = _number_and_id(trial)
+                now = _shown_as(trial)
+                i = bisect.bisect_left(keys, key)
+                there = i < len(keys) and keys[i] == key
+                if now is None:
+                    if there:
+                        del shown[i], keys[i]
+                    continue
+                if there:
+                    shown[i] = now
+                else:
+                    shown.insert(i, now)
+                    keys.insert(i, key)
+                self._note(now)
+            self._shown, self._keys = shown, keys
+            self._sorted = None
+        if self._sorted is None:
+            sampled = sorted(self._sampled.values(), key=_number_and_id)
+            if not sampled:
+                self._sorted = self._shown
+            elif not self._keys or self._keys[-1] < _number_and_id(sampled[0]):
+                self._sorted = [*self._shown, *sampled]
+            else:
+                self._sorted = sorted([*self._shown, *sampled], key=_number_and_id)
         return self._sorted
+
+    def _note(self, trial: FrozenTrial) -> None:
+        self._feed.append(trial)
+        if len(self._feed) > 4 * len(self._keys) + 4096:
+            self._feed, self._feed_epoch = [], self._feed_epoch + 1
+
+    def trial_changes(
+        self, since: tuple[int, int] | None
+    ) -> tuple[tuple[int, int], list[FrozenTrial] | None]:
+        """The trials shown (by the last `get_all_trials`) that were added or replaced since the
+        call that returned the token `since`, in order: (a token for the next call, those
+        trials), or None for the trials when the reader must look at them all. A trial being
+        sampled here counts once, when it is made (`new_trial`)."""
+        token = (self._feed_epoch, len(self._feed))
+        if since is None or since[0] != self._feed_epoch or since[1] > len(self._feed):
+            return token, None
+        return token, self._feed[since[1] :]
 
     # -- what samplers read ---------------------------------------------------------------------
 
@@ -212,6 +266,17 @@ class StudyMirror(StudyFactsStorage):
 
     def _optuna(self) -> optuna.storages.BaseStorage:
         return self._storage.optuna_storage()
+
+
+def _number_and_id(trial: FrozenTrial) -> tuple[int, int]:
+    return trial.number, trial._trial_id
+
+
+def _shown_as(trial: FrozenTrial) -> FrozenTrial | None:
+    """A cache's trial as samplers see it; None for one claimed here and not read yet."""
+    if not trial.params and not trial.state.is_finished():
+        return None
+    return _queued_as_running(trial)
 
 
 def _queued_as_running(trial: FrozenTrial) -> FrozenTrial:

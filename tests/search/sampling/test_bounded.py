@@ -3,16 +3,30 @@ however old, while it reads a bounded number of trials (search/sampling/bounded.
 
 from __future__ import annotations
 
+import random
 import statistics
+from pathlib import Path
 
 import optuna
+import sqlalchemy as sa
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from search.sampling.bounded import BoundedFidelitySampler, _Index, bound, bounded_trials
-from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, fidelity_view
-from search.sampling.samplers import make_sampler
+from bench.systems import sampler_cost
+from search.db.storage import Storage, open_storage
+from search.db.tables import trial_intermediate_values, trials
+from search.sampling.bounded import (
+    START,
+    BoundedFidelitySampler,
+    _Index,
+    bound,
+    bounded_trials,
+)
+from search.sampling.mirror import StudyMirror
+from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, _StudyView, fidelity_view
+from search.sampling.samplers import make_sampler, suggest
 from search.study.parse_config import parse_config
+from search.study.studies import open_study
 
 SPACE = {"x": FloatDistribution(0.0, 1.0)}
 
@@ -141,3 +155,110 @@ def test_a_default_study_samples_with_the_bounded_view_and_small_studies_see_eve
     assert len(sampler._view(study, study._storage.get_trial(trial._trial_id)).get_trials()) == len(
         fidelity_view(study.get_trials(deepcopy=False), "rung", MIN_POINTS)
     )
+
+
+def _stop_running(storage: Storage, study_id: int, rng: random.Random, count: int) -> None:
+    """`count` of the study's running trials stop at a rung, as another worker writes it."""
+    with storage.transaction() as conn:
+        running = conn.execute(
+            sa.select(trials.c.trial_id)
+            .where(trials.c.study_id == study_id, trials.c.state == "RUNNING")
+            .order_by(trials.c.trial_id)
+            .limit(count)
+        ).scalars()
+        for trial_id in list(running):
+            conn.execute(
+                sa.update(trials).where(trials.c.trial_id == trial_id).values(state="PRUNED")
+            )
+            conn.execute(
+                sa.insert(trial_intermediate_values),
+                [
+                    {
+                        "trial_id": trial_id,
+                        "step": step,
+                        "intermediate_value": 60 + 30 * rng.random(),
+                        "intermediate_value_type": "FINITE",
+                    }
+                    for step in (1, 3)
+                ],
+            )
+
+
+def _as_shown(view: list[optuna.trial.FrozenTrial]) -> list[tuple]:
+    return [(t.number, t.state, t.value, t.params) for t in view]
+
+
+def test_the_workers_path_shows_tpe_what_looking_at_every_trial_showed(tmp_path: Path) -> None:
+    """Past the bound's start, on a worker's mirror of a study that others change: the index
+    fed with the trials that changed (the mirror's feed) shows TPE the view, and so samples the
+    params, that the index looking at every trial before every sample (as before) gave."""
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    name = sampler_cost.make_study(url, START + 40)
+    storage = open_storage(url)
+    ref = open_study(storage, name)
+    mirror = StudyMirror(storage, ref)
+    rng = random.Random(5)
+    scanned = _Index()  # as before: every trial looked at, before every sample
+    number = START + 40 + sampler_cost.RUNNING
+    sampled_here = 0
+    for step in range(6):
+        mirror.refresh()
+        # Before: the same sampler, its view from the index that looks at every trial.
+        before = make_sampler(ref.config, number)
+        assert isinstance(before, BoundedFidelitySampler)
+        seen_before: list[optuna.trial.FrozenTrial] = []
+
+        def scan_view(
+            study: optuna.Study, trial: optuna.trial.FrozenTrial, seen: list = seen_before
+        ) -> optuna.Study:
+            if not seen:  # one view per sampled trial, made at its first param (as _view does)
+                trials_now = study._get_trials(deepcopy=False, use_cache=True)
+                kept = bounded_trials(trials_now, scanned, min_points=MIN_POINTS, maximize=True)
+                assert kept is not None
+                seen[:] = fidelity_view(kept, "rung", MIN_POINTS)
+            return _StudyView(study, seen)
+
+        before._view = scan_view  # type: ignore[method-assign]
+        trial = optuna.Trial(mirror.study(before), mirror.new_trial(number))
+        want = {p.name: suggest(trial, p) for p in ref.config.space}
+        mirror.take_sampled()
+        # Now: the worker's path (make_sampler's view, fed by the mirror).
+        after = make_sampler(ref.config, number)
+        trial = optuna.Trial(mirror.study(after), mirror.new_trial(number))
+        got = {p.name: suggest(trial, p) for p in ref.config.space}
+        assert after._cached is not None
+        shown = after._cached[2]._get_trials(deepcopy=False)
+        assert _as_shown(shown) == _as_shown(seen_before), step
+        assert got == want, step
+        assert [t.number for t in mirror.take_sampled()] == [number]
+        sampled_here += 1
+        # The study moves on: finished trials written, running ones stop at a rung.
+        sampler_cost.write_trials(
+            storage, ref.study_id, [sampler_cost.asha_trial(rng, got)], number
+        )
+        number += 1
+        _stop_running(storage, ref.study_id, rng, 1)
+        if step == 2:
+            sampler_cost.write_trials(
+                storage,
+                ref.study_id,
+                [
+                    create_trial(
+                        state=TrialState.WAITING,
+                        params=sampler_cost.asha_trial(rng).params,
+                        distributions=sampler_cost.SPACE,
+                    )
+                ],
+                number,
+            )
+            number += 1
+    assert sampled_here == 6
+    # What the index reads per sample is what changed, not the study.
+    mirror.refresh()
+    mirror.get_all_trials(ref.study_id)
+    token, _ = mirror.trial_changes(None)
+    sampler_cost.write_trials(storage, ref.study_id, [sampler_cost.asha_trial(rng)], number)
+    mirror.refresh()
+    mirror.get_all_trials(ref.study_id)
+    _, changed = mirror.trial_changes(token)
+    assert changed is not None and [t.number for t in changed] == [number]
