@@ -31,6 +31,7 @@ otherwise it leaves Optuna as it is, and `TPESampler` is then Optuna's.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import operator
 import sys
@@ -47,14 +48,15 @@ __all__ = ["TPESampler", "install", "installed", "log_ndtr"]
 _ORIGINAL = _truncnorm._log_ndtr
 _SINGLE = getattr(_truncnorm, "_log_ndtr_single", None)
 _ORIGINAL_SPLIT = getattr(_tpe_sampler, "_split_trials", None)
-_erf = np.frompyfunc(math.erf, 1, 1)
-_erfc = np.frompyfunc(math.erfc, 1, 1)
-_log = np.frompyfunc(math.log, 1, 1)
-_pow = np.frompyfunc(math.pow, 2, 1)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _EPS = sys.float_info.epsilon
 _SQRT2 = 2**0.5
 _EDGE = 1 / 2**0.5
+
+
+def _map(f: Any, a: np.ndarray, *more: Any) -> np.ndarray:
+    """`f` (one of Python's `math` functions: libm) of each element, as floats."""
+    return np.fromiter(map(f, a.tolist(), *more), dtype=float, count=a.size)
 
 
 def _ndtr(a: np.ndarray) -> np.ndarray:
@@ -66,11 +68,11 @@ def _ndtr(a: np.ndarray) -> np.ndarray:
     mid = ~low & (x < _EDGE)
     high = ~(low | mid)
     if low.any():
-        y[low] = 0.5 * _erfc(-x[low]).astype(float)
+        y[low] = 0.5 * _map(math.erfc, -x[low])
     if mid.any():
-        y[mid] = 0.5 + 0.5 * _erf(x[mid]).astype(float)
+        y[mid] = 0.5 + 0.5 * _map(math.erf, x[mid])
     if high.any():
-        y[high] = 1.0 - 0.5 * _erfc(x[high]).astype(float)
+        y[high] = 1.0 - 0.5 * _map(math.erfc, x[high])
     return y
 
 
@@ -84,34 +86,38 @@ def log_ndtr(a: np.ndarray) -> np.ndarray:
     if right.any():
         out[right] = -_ndtr(-a[right])
     if mid.any():
-        out[mid] = _log(_ndtr(a[mid])).astype(float)
+        out[mid] = _map(math.log, _ndtr(a[mid]))
     if tail.any():
         out[tail] = _log_ndtr_tail(a[tail])
     return out
 
 
 def _log_ndtr_tail(a: np.ndarray) -> np.ndarray:
-    """`_log_ndtr_single`'s asymptotic series for a <= -20 (or NaN), every element in step."""
-    square = _pow(a, 2.0).astype(float)  # Python's a**2 is C's pow(a, 2.0)
-    log_lhs = -0.5 * square - _log(-a).astype(float) - _HALF_LOG_2PI
-    last_total = np.zeros_like(a)
-    right_hand_side = np.ones_like(a)
-    numerator = np.ones_like(a)
-    denom_factor = np.ones_like(a)
+    """`_log_ndtr_single`'s asymptotic series for a <= -20 (or NaN), the elements in step, each
+    leaving the loop where Optuna's loop stops it (the numerator is the same for all)."""
+    square = _map(math.pow, a, itertools.repeat(2.0))  # Python's a**2 is C's pow(a, 2.0)
+    log_lhs = -0.5 * square - _map(math.log, -a) - _HALF_LOG_2PI
+    right_hand_side = np.empty_like(a)
+    going = np.arange(a.size)  # the elements still in the loop
     denom_cons = 1 / square
-    sign = 1.0
+    denom_factor = np.ones_like(a)
+    total = np.ones_like(a)  # right_hand_side of the elements still going
+    numerator = 1.0
+    sign = 1
     i = 0
-    going = np.abs(last_total - right_hand_side) > _EPS
-    while going.any():
+    while going.size:  # Optuna's first test, |0 - 1| > eps, holds for every element
         i += 1
         sign = -sign
-        last_total = np.where(going, right_hand_side, last_total)
-        denom_factor = np.where(going, denom_factor * denom_cons, denom_factor)
-        numerator = np.where(going, numerator * (2 * i - 1), numerator)
-        term = sign * numerator * denom_factor
-        right_hand_side = np.where(going, right_hand_side + term, right_hand_side)
-        going &= np.abs(last_total - right_hand_side) > _EPS
-    return log_lhs + _log(right_hand_side).astype(float)
+        last_total = total
+        denom_factor = denom_factor * denom_cons
+        numerator *= 2 * i - 1
+        total = total + sign * numerator * denom_factor
+        more = np.abs(last_total - total) > _EPS
+        if not more.all():
+            right_hand_side[going[~more]] = total[~more]
+            going, denom_cons = going[more], denom_cons[more]
+            denom_factor, total = denom_factor[more], total[more]
+    return log_lhs + _map(math.log, right_hand_side)
 
 
 class _SplitMemo:
@@ -172,6 +178,19 @@ class TPESampler(optuna.samplers.TPESampler):
             return super()._sample(study, trial, search_space)
         finally:
             _MEMO.reset(token)
+
+    def _get_internal_repr(
+        self, trials: list[FrozenTrial], search_space: dict[str, Any], study: optuna.Study
+    ) -> dict[str, np.ndarray]:
+        """Optuna's, for one parameter sampled on its own (univariate TPE): each trial's
+        params are then `trial.params` (Optuna's `_get_params` reads more only for the
+        multivariate TPE), and a trial counts where it has that parameter."""
+        if self._multivariate is not False or len(search_space) != 1:
+            return super()._get_internal_repr(trials, search_space, study)
+        ((name, distribution),) = search_space.items()
+        internal = distribution.to_internal_repr
+        values = [internal(p[name]) for p in [t.params for t in trials] if name in p]
+        return {name: np.asarray(values)}
 
 
 def installed() -> bool:
