@@ -1,42 +1,50 @@
-"""The default sampler's cost per trial as a study grows: TPE across fidelities, whole or bounded.
+"""The default sampler's cost per trial as a study grows, on the path workers take.
 
-A study of N trials as promotion ASHA (min 1, eta 3, rungs 1, 3, 9, 27, 50) leaves them, in
-Optuna's in-memory storage, over LCBench's space (7 parameters, 3 of them integers); values
-are synthetic (a smooth function of the parameters plus noise): what is measured is the
-sampler's work, not what it finds. Then, per size and sampler, `--samples` trials are sampled
-one after another, a new finished trial added between two (the study changes as in a running
-study); each sample's CPU time (`time.process_time`, steadier than wall time on a shared
-machine) and wall time are printed, the first (which builds the bounded view's index of the
-study: once per worker process) apart from the rest.
+A study of N trials as promotion ASHA (min 1, eta 3, rungs 1, 3, 9, 27, 50) leaves them is
+written in bulk into a fresh database (PostgreSQL by default, `--storage sqlite` for a file),
+over LCBench's space (7 parameters, 3 of them integers), plus 8 running trials; values are
+synthetic (a smooth function of the parameters plus noise): what is measured is the sampler's
+work, not what it finds. The study's config is the default search: TPE + ASHA with an epoch
+budget, so `make_sampler` builds TPE across fidelities with the bounded view
+(search/sampling/bounded.py) and Optuna's TPE made faster (search/sampling/fast_tpe.py).
 
-    python -m bench.systems.sampler_cost --sizes 1000,5000,10000 --samples 5
-    python -m bench.systems.sampler_cost --sizes 10000 --samples 3 --profile
+Each side (`--code`: a checkout of hpsearch per side, the first one labelled "before" when two
+are given) samples in a process of its own, as a worker does in `TrialSampler._sample_in_memory`:
+one `StudyMirror` (search/sampling/mirror.py) read once, then per trial its refresh,
+`make_sampler`, an `optuna.Trial` on the mirror and one suggest per parameter. Between two
+samples a finished trial is written (the study moves on, the next refresh reads it). Each
+sample's CPU time (`time.process_time`, steadier than wall time on a shared machine) and wall
+time are taken; the first sample of a process (the mirror's first read of the study is apart,
+but the bounded view's index is built there) is printed apart from the rest. The sides take
+turns per size on the same database (the second sees `--samples` more trials).
 
-Samplers: ``whole`` is `FidelitySampler(TPE)` as it was (every trial read before every
-sample); ``bounded`` is what `search.sampling.samplers.make_sampler` builds now
-(search/sampling/bounded.py).
+    git archive main | tar -x -C /tmp/main    # the code before, as a side
+    python -m bench.systems.sampler_cost --sizes 1000,5000,10000,20000 --code /tmp/main,.
+    python -m bench.systems.sampler_cost --sizes 10000 --samples 5 --profile
+
+`--profile`: cProfile of the samples after the first, printed by each side.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
+import contextlib
+import datetime
+import json
 import math
 import os
-import pstats
 import random
 import statistics
-import time
-import warnings
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
-
-from search.sampling.bounded import bound
-from search.sampling.multifidelity import MIN_POINTS, FidelitySampler
-from search.sampling.samplers import STARTUP_TRIALS
 
 SPACE: dict[str, BaseDistribution] = {
     "batch_size": IntDistribution(16, 512, log=True),
@@ -48,6 +56,11 @@ SPACE: dict[str, BaseDistribution] = {
     "weight_decay": FloatDistribution(1e-5, 1e-1),
 }
 RUNGS = (1, 3, 9, 27, 50)
+ADMIN_URL = os.environ.get(
+    "HPSEARCH_BENCH_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+"""A role that may create and drop the benchmark's database (one of its own, dropped after)."""
+RUNNING = 8
 
 
 def _draw(rng: random.Random) -> dict[str, Any]:
@@ -90,87 +103,252 @@ def asha_trial(rng: random.Random, params: dict[str, Any] | None = None) -> Froz
     )
 
 
-def make_study(n: int, running: int, seed: int = 0) -> optuna.Study:
-    rng = random.Random(seed)
-    study = optuna.create_study(direction="maximize")
-    study.add_trials([asha_trial(rng) for _ in range(n)])
-    for _ in range(running):
-        study.add_trial(
-            create_trial(state=TrialState.RUNNING, params=_draw(rng), distributions=SPACE)
-        )
-    return study
+def config(name: str) -> Any:
+    """The default search (TPE + ASHA, an epoch budget) on LCBench's space."""
+    from search.study.parse_config import parse_config
 
-
-def sampler_of(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    tpe = optuna.samplers.TPESampler(
-        multivariate=False, constant_liar=True, seed=seed, n_startup_trials=STARTUP_TRIALS["tpe"]
+    space = {
+        name: {
+            "type": "int" if isinstance(d, IntDistribution) else "float",
+            "low": d.low,
+            "high": d.high,
+            "log": d.log,
+        }
+        for name, d in SPACE.items()
+    }
+    return parse_config(
+        {
+            "study": {
+                "name": name,
+                "direction": "maximize",
+                "sampler": "tpe",
+                "seed": 0,
+                "budget_epochs": 10**9,
+            },
+            "pruner": {"type": "asha", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "bench.efficiency.task:make_task", "epochs": RUNGS[-1]},
+            "space": space,
+        }
     )
-    whole = FidelitySampler(tpe, mode="rung", min_points=MIN_POINTS)
-    return whole if name == "whole" else bound(whole)
 
 
-def sample_one(study: optuna.Study) -> dict[str, Any]:
-    trial = study.ask()
-    params = {}
-    for name, d in SPACE.items():
-        if isinstance(d, IntDistribution):
-            params[name] = trial.suggest_int(name, d.low, d.high, log=d.log)
-        else:
-            assert isinstance(d, FloatDistribution)
-            params[name] = trial.suggest_float(name, d.low, d.high, log=d.log)
-    study.tell(trial, state=TrialState.FAIL)  # left out of the next samples
-    return params
+def write_trials(storage: Any, study_id: int, trials: list[FrozenTrial], first: int) -> None:
+    """`trials` into the study's tables in one transaction, numbered from `first`."""
+    import sqlalchemy as sa
+    from optuna.distributions import distribution_to_json
+
+    from search.db.tables import trial_intermediate_values, trial_params, trial_values
+    from search.db.tables import trials as trials_table
+
+    as_json = {k: distribution_to_json(d) for k, d in SPACE.items()}
+    start = datetime.datetime(2026, 1, 1)
+    with storage.transaction() as conn:
+        rows = [
+            {
+                "number": first + i,
+                "study_id": study_id,
+                "state": t.state.name,
+                "datetime_start": start,
+                "datetime_complete": start if t.state.is_finished() else None,
+            }
+            for i, t in enumerate(trials)
+        ]
+        ids = (
+            conn.execute(
+                sa.insert(trials_table).returning(
+                    trials_table.c.trial_id, sort_by_parameter_order=True
+                ),
+                rows,
+            )
+            .scalars()
+            .all()
+        )
+        params, values, curves = [], [], []
+        for trial_id, t in zip(ids, trials, strict=True):
+            params += [
+                {
+                    "trial_id": trial_id,
+                    "param_name": k,
+                    "param_value": SPACE[k].to_internal_repr(v),
+                    "distribution_json": as_json[k],
+                }
+                for k, v in t.params.items()
+            ]
+            if t.value is not None:
+                values.append(
+                    {"trial_id": trial_id, "objective": 0, "value": t.value, "value_type": "FINITE"}
+                )
+            curves += [
+                {
+                    "trial_id": trial_id,
+                    "step": step,
+                    "intermediate_value": v,
+                    "intermediate_value_type": "FINITE",
+                }
+                for step, v in t.intermediate_values.items()
+            ]
+        for table, batch in (
+            (trial_params, params),
+            (trial_values, values),
+            (trial_intermediate_values, curves),
+        ):
+            if batch:
+                conn.execute(sa.insert(table), batch)
 
 
-def measure(n: int, name: str, samples: int, profile: bool) -> dict[str, Any]:
-    study = make_study(n, running=8)
-    rng = random.Random(1)
+def make_study(url: str, n: int, seed: int = 0) -> str:
+    """A study of `n` finished trials and `RUNNING` running ones at `url`; its name."""
+    from search.db.migrate import upgrade
+    from search.db.storage import open_storage
+    from search.study.studies import create_study
+
+    storage = open_storage(url, create=True)
+    upgrade(storage)
+    name = f"sampler-cost-{n}"
+    ref, _ = create_study(storage, config(name))
+    rng = random.Random(seed)
+    for first in range(0, n, 5000):
+        batch = [asha_trial(rng) for _ in range(min(5000, n - first))]
+        write_trials(storage, ref.study_id, batch, first)
+    running = [
+        create_trial(state=TrialState.RUNNING, params=_draw(rng), distributions=SPACE)
+        for _ in range(RUNNING)
+    ]
+    write_trials(storage, ref.study_id, running, n)
+    storage.close()
+    return name
+
+
+@contextlib.contextmanager
+def database(kind: str) -> Iterator[str]:
+    """URL of a new empty database for one size, dropped (deleted) after it."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{tmp}/study.db"
+        return
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"hpsearch_bench_sampler_{uuid.uuid4().hex[:6]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def measure(url: str, name: str, samples: int, profile: bool) -> dict[str, Any]:
+    """One side: the worker's sampling steps, `samples` trials one after another."""
+    import cProfile
+    import pstats
+    import time
+    import warnings
+
+    import optuna
+
+    from search.db.storage import open_storage
+    from search.sampling.mirror import StudyMirror
+    from search.sampling.samplers import make_sampler, suggest
+    from search.study.studies import open_study
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(url)
+    study = open_study(storage, name)
+    mirror = StudyMirror(storage, study)
+    c0 = time.process_time()
+    mirror.refresh()
+    first_read = time.process_time() - c0
+    number = len(mirror.get_all_trials(study.study_id))
+    rng = random.Random(number)
     cpu: list[float] = []
     wall: list[float] = []
     prof = cProfile.Profile() if profile else None
     for i in range(samples):
-        study.sampler = sampler_of(name, seed=i)  # one sampler per trial, as make_sampler
-        if prof is not None and i == samples - 1:
+        if prof is not None and i > 0:
             prof.enable()
         c0, w0 = time.process_time(), time.perf_counter()
-        params = sample_one(study)
+        mirror.refresh()
+        trial = optuna.Trial(
+            mirror.study(make_sampler(study.config, number)), mirror.new_trial(number)
+        )
+        params = {p.name: suggest(trial, p) for p in study.config.space}
+        mirror.take_sampled()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
-        if prof is not None and i == samples - 1:
+        if prof is not None and i > 0:
             prof.disable()
-        study.add_trial(asha_trial(rng, params))  # the study moves on
+        write_trials(storage, study.study_id, [asha_trial(rng, params)], number)
+        number += 1
+    storage.close()
     if prof is not None:
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
-    steady = cpu[1:] or cpu
+        stats = pstats.Stats(prof, stream=sys.stderr)
+        stats.sort_stats("cumulative").print_stats(30)
+        stats.sort_stats("tottime").print_stats(20)
     return {
-        "trials": n,
-        "sampler": name,
+        "first_read_cpu_ms": round(first_read * 1000, 1),
         "first_cpu_ms": round(cpu[0] * 1000, 1),
-        "steady_cpu_ms": round(statistics.median(steady) * 1000, 1),
-        "steady_wall_ms": round(statistics.median(wall[1:] or wall) * 1000, 1),
-        "load": round(os.getloadavg()[0], 1),
+        "cpu_ms": round(statistics.median(cpu[1:] or cpu) * 1000, 1),
+        "cpu_ms_range": [round(min(cpu[1:] or cpu) * 1000, 1), round(max(cpu) * 1000, 1)],
+        "wall_ms": round(statistics.median(wall[1:] or wall) * 1000, 1),
     }
+
+
+def side(code: Path, url: str, name: str, samples: int, profile: bool) -> dict[str, Any]:
+    """`measure` in a process of its own, with hpsearch imported from `code`."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    argv = [sys.executable, str(Path(__file__).resolve()), "--measure", url, name]
+    argv += ["--samples", str(samples)] + (["--profile"] if profile else [])
+    out = subprocess.run(argv, env=env, cwd=code, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def commit_of(code: Path) -> str:
+    got = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    return got.stdout.strip() if got.returncode == 0 else code.name
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,5000,10000")
-    parser.add_argument("--samplers", default="whole,bounded")
-    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--code", default=".", help="checkouts, comma-separated: one per side")
+    parser.add_argument("--storage", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--measure", nargs=2, metavar=("URL", "STUDY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    warnings.simplefilter("ignore")
+    if args.measure:
+        print(json.dumps(measure(*args.measure, args.samples, args.profile)), flush=True)
+        return 0
+    import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    print("| trials | sampler | first sample, CPU ms | per sample after, CPU ms | wall ms | load |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    codes = [Path(c).resolve() for c in args.code.split(",")]
+    labels = ["before", "after"] if len(codes) == 2 else [commit_of(c) for c in codes]
+    print(
+        "| trials | code | per sample, CPU ms (median; min-max) | wall ms | first sample, CPU ms "
+        "| mirror's first read, CPU ms | load |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in (int(x) for x in args.sizes.split(",")):
-        for name in args.samplers.split(","):
-            r = measure(n, name, args.samples, args.profile)
-            print(
-                f"| {r['trials']} | {r['sampler']} | {r['first_cpu_ms']} | "
-                f"{r['steady_cpu_ms']} | {r['steady_wall_ms']} | {r['load']} |",
-                flush=True,
-            )
+        with database(args.storage) as url:
+            name = make_study(url, n)
+            for label, code in zip(labels, codes, strict=True):
+                r = side(code, url, name, args.samples, args.profile)
+                low, high = r["cpu_ms_range"]
+                print(
+                    f"| {n:,} | {label} ({commit_of(code)}) | {r['cpu_ms']} ({low}-{high}) | "
+                    f"{r['wall_ms']} | {r['first_cpu_ms']} | {r['first_read_cpu_ms']} | "
+                    f"{os.getloadavg()[0]:.1f} |",
+                    flush=True,
+                )
     return 0
 
 
