@@ -59,6 +59,43 @@ def _map(f: Any, a: np.ndarray, *more: Any) -> np.ndarray:
     return np.fromiter(map(f, a.tolist(), *more), dtype=float, count=a.size)
 
 
+def _numpy_is_libms() -> bool:
+    """Whether NumPy's float64 `log` and `power` are the C library's `log` and `pow`, the ones
+    `math.log` and `math.pow` (and Python's `**`) call: NumPy 1.x calls them element by element
+    on a CPU without AVX512F (with AVX512F it has vectorized ones of its own, whose last bit
+    may differ). Checked on a few values besides."""
+    try:
+        from numpy.core._multiarray_umath import __cpu_features__
+    except ImportError:
+        return False
+    if not np.__version__.startswith("1.") or __cpu_features__.get("AVX512F", True):
+        return False
+    probe = np.concatenate([np.logspace(-300, 300, 601), np.linspace(0.5, 1.0, 1001)])
+    square = -np.linspace(20.0, 1e5, 2001)
+    with np.errstate(all="ignore"):
+        return bool(
+            np.array_equal(np.log(probe), _map(math.log, probe))
+            and np.array_equal(np.power(square, 2.0), _map(math.pow, square, itertools.repeat(2.0)))
+        )
+
+
+def _log(a: np.ndarray) -> np.ndarray:
+    """`math.log` of each element (libm's log)."""
+    return _map(math.log, a)
+
+
+def _square(a: np.ndarray) -> np.ndarray:
+    """`math.pow(x, 2.0)` of each element (libm's pow: Python's x**2, not always x * x)."""
+    return _map(math.pow, a, itertools.repeat(2.0))
+
+
+if _numpy_is_libms():  # the same libm functions, without a Python call each
+    _log = np.log  # type: ignore[assignment]
+
+    def _square(a: np.ndarray) -> np.ndarray:
+        return np.power(a, 2.0)
+
+
 def _ndtr(a: np.ndarray) -> np.ndarray:
     """`_truncnorm._ndtr_single` element-wise (not Optuna's vectorized `_ndtr`, which uses its
     own erf: the single version is the one `_log_ndtr_single` calls)."""
@@ -86,7 +123,7 @@ def log_ndtr(a: np.ndarray) -> np.ndarray:
     if right.any():
         out[right] = -_ndtr(-a[right])
     if mid.any():
-        out[mid] = _map(math.log, _ndtr(a[mid]))
+        out[mid] = _log(_ndtr(a[mid]))
     if tail.any():
         out[tail] = _log_ndtr_tail(a[tail])
     return out
@@ -95,8 +132,8 @@ def log_ndtr(a: np.ndarray) -> np.ndarray:
 def _log_ndtr_tail(a: np.ndarray) -> np.ndarray:
     """`_log_ndtr_single`'s asymptotic series for a <= -20 (or NaN), the elements in step, each
     leaving the loop where Optuna's loop stops it (the numerator is the same for all)."""
-    square = _map(math.pow, a, itertools.repeat(2.0))  # Python's a**2 is C's pow(a, 2.0)
-    log_lhs = -0.5 * square - _map(math.log, -a) - _HALF_LOG_2PI
+    square = _square(a)  # Python's a**2 is C's pow(a, 2.0)
+    log_lhs = -0.5 * square - _log(-a) - _HALF_LOG_2PI
     right_hand_side = np.empty_like(a)
     going = np.arange(a.size)  # the elements still in the loop
     denom_cons = 1 / square
@@ -117,7 +154,7 @@ def _log_ndtr_tail(a: np.ndarray) -> np.ndarray:
             right_hand_side[going[~more]] = total[~more]
             going, denom_cons = going[more], denom_cons[more]
             denom_factor, total = denom_factor[more], total[more]
-    return log_lhs + _map(math.log, right_hand_side)
+    return log_lhs + _log(right_hand_side)
 
 
 class _SplitMemo:
