@@ -16,10 +16,13 @@ point, as `search.sampling.multifidelity.fidelity_view` would show them:
   (Optuna's default weights fall linearly to nearly 0 for the oldest trials);
 - every running or queued trial without a report (constant liar: parallel workers spread out).
 
-The view is kept incrementally per study and process (`_Index`): each call looks at which
-trials changed since the last one (an identity check: Optuna's in-memory storage and hpsearch's
-trial cache replace a trial's object when it changes) and keeps, per epoch, the trials that
-reported it sorted by their value there, so the best at an epoch are read without a scan.
+The view is kept incrementally per study and process (`_Index`): each call reads which
+trials changed since the last one and keeps, per epoch, the trials that reported it sorted by
+their value there, so the best at an epoch are read without a scan. On a worker's mirror
+(`search.sampling.mirror.StudyMirror.trial_changes`) the changed trials are handed over, so a
+sample costs what changed, not the study's size; on another storage (Optuna's in-memory one,
+in simulations) every trial is looked at (an identity check: a trial's object is replaced when
+it changes).
 
 Which trials each kept one is shown as (complete at the level, pruned, running) is decided by
 `fidelity_view` itself, on the kept trials: the kept set holds at least `min_points` trials

@@ -8,9 +8,10 @@ millions of Python calls per sampled trial, most of the real path's sampling tim
 
 `log_ndtr` computes the same function over whole arrays: the same branches, the same IEEE
 operations in the same order, and the same libm `erf`, `erfc`, `log` and `pow` (Python's `math`
-functions, applied element-wise by NumPy without a Python frame per element); the far left
-tail's asymptotic series (a <= -20) runs for every element at once, each element stopping
-where Optuna's loop stops it. The results are bit for bit Optuna's
+functions mapped over the elements without a Python frame each; NumPy's own `log` and `power`
+where they are libm's, see `_numpy_is_libms`); the far left tail's asymptotic series
+(a <= -20) runs for the elements still in Optuna's loop at once, each leaving it where
+Optuna's loop stops it. The results are bit for bit Optuna's
 (`tests/search/sampling/test_fast_tpe.py` compares them, and the sampled params, with Optuna's
 own), so the search decides exactly what it decided before.
 
@@ -21,7 +22,10 @@ and their count, the same for every parameter of one trial. Its memo holds the t
 and answers only for the very same trial objects in the same order (identity, not equality), so
 it returns what Optuna's split would. hpsearch makes one sampler per trial
 (`search.sampling.samplers.make_sampler`), so the memo lives as long as one trial's sampling.
-Plain Optuna's own `TPESampler` (the benchmarks' baselines) is left as it is.
+For a parameter sampled on its own (univariate TPE, hpsearch's default across fidelities) it
+reads the trials' values of that parameter without Optuna's per-trial `_get_params` (which
+returns `trial.params` there). Plain Optuna's own `TPESampler` (the benchmarks' baselines) is
+left as it is.
 
 `install()` puts both in place, once per process, and only for the Optuna whose functions they
 reproduce (a `_truncnorm` with `_log_ndtr_single`, a TPE module with `_split_trials`);

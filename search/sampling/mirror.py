@@ -10,6 +10,10 @@ the pruners' view reads the same cache), and the samplers write
 their params and attributes into new trials held here until `take_sampled` hands them over, to
 be inserted all at once (`search.db.trial_rows.insert_sampled_trials`).
 
+The mirror keeps the trials sorted as samplers read them, updated from what changed in the cache
+(`TrialCache.changes`), and hands the trials that changed to the bounded view of a long study
+(`trial_changes`, search.sampling.bounded): nothing per sample grows with the study's size.
+
 Queued (WAITING) trials that have their params are shown to the samplers as RUNNING: they will
 run, and TPE's constant liar should count them as it counts running ones, so that a batch
 sampled under one lock, and the trials sampled ahead of it, spread out instead of piling onto the
