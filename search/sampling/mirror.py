@@ -171,7 +171,9 @@ class StudyMirror(StudyFactsStorage):
 
     def _note(self, trial: FrozenTrial) -> None:
         self._feed.append(trial)
-        if len(self._feed) > 4 * len(self._keys) + 4096:
+        # Bounded (it holds trials' objects): a reader behind a restart looks at every trial
+        # once, which costs about what half a study's changes cost it through the feed.
+        if len(self._feed) > len(self._keys) // 2 + 1024:
             self._feed, self._feed_epoch = [], self._feed_epoch + 1
 
     def trial_changes(
