@@ -36,6 +36,7 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
+from search.monitor.dashboard_banner import StudyBanner
 from search.monitor.dashboard_frontend import BundleWithCurves, bundle_path, patch_bundle
 from search.monitor.stopping import stop_on_signals
 from search.worker.artifacts import artifact_store_for, existing_directory
@@ -207,7 +208,9 @@ class DashboardServer:
         self.rescans_fixed = _scan_each_finished_trial_once(bottle_app)
         bundle = patch_bundle(bundle_path().read_text(encoding="utf-8"))
         self.curves_drawn = bundle is not None  # else optuna-dashboard's own chart
-        app = GzipJson(BundleWithCurves(bottle_app, bundle) if bundle else bottle_app)
+        app = BundleWithCurves(bottle_app, bundle) if bundle else bottle_app
+        # The budget and the paused trials at the top of a study's page: dashboard_banner.py.
+        app = GzipJson(StudyBanner(app, storage))
         server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(
