@@ -166,7 +166,7 @@ class StudyBanner:
         if found:
             body = json.dumps({"items": self.items(int(found[1]))}).encode()
             return self._answer(start_response, "application/json", body, method)
-        if path == "/dashboard" or path.startswith("/dashboard/"):
+        if method == "GET" and (path == "/dashboard" or path.startswith("/dashboard/")):
             return self._page(environ, start_response)
         return self.app(environ, start_response)
 

@@ -17,11 +17,12 @@ from optuna.trial import TrialState, create_trial
 from search.db import budget
 from search.db.storage import open_storage
 from search.db.tables import trial_rungs, trials
-from search.monitor.dashboard_banner import BANNER_ID, banner_items
+from search.monitor.dashboard_banner import BANNER_ID, SCRIPT, StudyBanner, banner_items
 from search.monitor.status import BestTrial, PausedTrial, StudyStatus
 from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from tests.helpers.dashboard_process import DashboardProcess
+from tests.helpers.postgres import migrated
 from tests.search.monitor.test_dashboard_browser import (  # noqa: F401 (the fixture)
     LARGE_PAGE_WAIT_S,
     browser,
@@ -209,3 +210,47 @@ def test_the_line_says_budget_paused_best_and_what_runs() -> None:
     )
     assert over[-1] == {"label": "Study", "text": "over (hpsearch extend gives it more)"}
     assert over[1] == {"label": "Best finished", "text": "none yet"}
+
+
+def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
+    environ = {"PATH_INFO": path, "REQUEST_METHOD": "GET", "HTTP_IF_MODIFIED_SINCE": "x"}
+    said: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        said.update(status=status, headers=dict(headers))
+
+    body = b"".join(app(environ, start_response))
+    return said["status"], said["headers"], body
+
+
+def test_the_page_gets_the_script_and_the_line_is_json(tmp_path: Path) -> None:
+    """Without a browser: the script is added to optuna-dashboard's page (its length fixed),
+    conditional requests are answered in full (a cached page would lack it), other answers
+    pass as they are, and a study hpsearch did not make has no line."""
+    page = b"<html><head><title>x</title></head><body></body></html>"
+    seen: list[dict[str, Any]] = []
+
+    def dashboard(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(environ)
+        kind = "text/html" if environ["PATH_INFO"].startswith("/dashboard") else "text/plain"
+        start_response("200 OK", [("Content-Type", kind), ("Content-Length", str(len(page)))])
+        return [page]
+
+    storage = open_storage(migrated(f"sqlite:///{tmp_path / 'd.db'}"))
+    try:
+        plain = optuna.create_study(study_name="plain", storage=storage.optuna_storage())
+        app = StudyBanner(dashboard, storage)
+        status, headers, body = call(app, "/dashboard/studies/1")
+        assert (
+            status == "200 OK" and f'<script defer src="{SCRIPT}"></script></head>'.encode() in body
+        )
+        assert headers["Content-Length"] == str(len(body))
+        assert "HTTP_IF_MODIFIED_SINCE" not in seen[-1]
+        assert call(app, "/api/studies/1")[2] == page
+        status, headers, script = call(app, SCRIPT)
+        assert headers["Content-Type"] == "application/javascript" and BANNER_ID.encode() in script
+        study_id = plain._study_id
+        assert call(app, f"/hpsearch/api/studies/{study_id}/progress")[2] == b'{"items": []}'
+        assert call(app, "/hpsearch/api/studies/999/progress")[2] == b'{"items": []}'
+    finally:
+        storage.close()
