@@ -46,10 +46,23 @@ _SCRIPT_JS = """\
     var m = window.location.pathname.match(/^\\/dashboard\\/studies\\/(\\d+)/);
     return m ? m[1] : null;
   }
+  function place(h) {  // optuna-dashboard's fixed app bar and side bar, below the line
+    document.body.style.paddingTop = h ? h + "px" : "";
+    var fixed = document.querySelectorAll("header.MuiAppBar-positionFixed, .MuiDrawer-paper");
+    for (var j = 0; j < fixed.length; j++) {
+      fixed[j].style.top = h ? h + "px" : "";
+      if (fixed[j].classList.contains("MuiDrawer-paper")) {
+        fixed[j].style.height = h ? "calc(100%% - " + h + "px)" : "";
+      }
+    }
+  }
   function render(id, data) {
     var el = document.getElementById(ID);
     if (!data || !data.items || !data.items.length || studyId() !== id) {
-      if (el) el.remove();
+      if (el) {
+        el.remove();
+        place(0);
+      }
       return;
     }
     if (!el) {
@@ -71,16 +84,7 @@ _SCRIPT_JS = """\
       el.appendChild(document.createTextNode(item.text));
     });
     el.title = el.textContent;
-    var h = el.offsetHeight;
-    document.body.style.paddingTop = h + "px";
-    // optuna-dashboard's app bar and side bar are fixed at the top: they go below the line.
-    var fixed = document.querySelectorAll("header.MuiAppBar-positionFixed, .MuiDrawer-paper");
-    for (var j = 0; j < fixed.length; j++) {
-      fixed[j].style.top = h + "px";
-      if (fixed[j].classList.contains("MuiDrawer-paper")) {
-        fixed[j].style.height = "calc(100%% - " + h + "px)";
-      }
-    }
+    place(el.offsetHeight);
   }
   function poll() {
     var id = studyId();
@@ -107,12 +111,14 @@ _SCRIPT_JS = """\
 """
 
 
-def banner_items(status: StudyStatus) -> list[dict[str, str]]:
-    """The line's parts, each {label, text}: budget, paused trials, best, what runs."""
+def banner_items(status: StudyStatus, *, pauses: bool = False) -> list[dict[str, str]]:
+    """The line's parts, each {label, text}: budget, paused trials (any, or always when the
+    study `pauses`: promotion-based ASHA), best, what runs; none for a study with neither a
+    budget nor pauses."""
     items = []
     if status.budget:
         items.append({"label": "Budget", "text": budget_line(status.budget)})
-    if status.paused:
+    if status.paused or pauses:
         text = str(status.paused)
         p = status.leading_paused
         if p is not None:
@@ -178,7 +184,9 @@ class StudyBanner:
         except Exception:  # not an hpsearch study, or deleted: no line
             return []
         try:
-            return banner_items(study_status(self.storage, study))
+            return banner_items(
+                study_status(self.storage, study), pauses=study.config.pruner.pauses
+            )
         except Exception as exc:  # the page goes on without the line
             logger.debug("study %d: no progress line: %s", study_id, exc)
             return []

@@ -161,8 +161,12 @@ def test_the_budget_and_paused_trials_top_the_study_page_and_follow_the_study(
         browser.get(f"{base}/dashboard")
         wait_until(
             browser,
-            lambda d: name in d.find_element("tag name", "body").text and not banner_text(d),
-            "the study list without the line",
+            lambda d: (
+                name in d.find_element("tag name", "body").text
+                and not banner_text(d)
+                and d.execute_script("return document.body.style.paddingTop") == ""
+            ),
+            "the study list without the line (nor its room)",
         )
     finally:
         server.kill()
@@ -210,6 +214,9 @@ def test_the_line_says_budget_paused_best_and_what_runs() -> None:
     )
     assert over[-1] == {"label": "Study", "text": "over (hpsearch extend gives it more)"}
     assert over[1] == {"label": "Best finished", "text": "none yet"}
+    # Promotion-based ASHA without a budget: the paused trials, none at the moment.
+    asha = banner_items(status(), pauses=True)
+    assert asha[0] == {"label": "Paused trials", "text": "0"}
 
 
 def call(app: Any, path: str) -> tuple[str, dict[str, str], bytes]:
