@@ -5,11 +5,11 @@ kept. Interrupted: checkpointed and handed back, to resume elsewhere. Cut by the
 in the middle of a rung (`BudgetSpent`): handed back as interrupted (``hpsearch:cut_at``, its
 checkpoint kept): the study's end ends it PRUNED with its last value, and a raised budget
 (`hpsearch extend`) queues it again, to go on from its checkpoint; epochs given back by other
-trials before the end resume it first. A machine fault: handed
-back untouched (one failed attempt) and the worker stops; an attempt that died: handed back as
-one failed attempt. Anything else is the trial's end: COMPLETE, PRUNED (by the pruner, or by
-the study's end: `hpsearch:ended_by`) or FAIL, written with its last values in one fenced
-transaction (`search.db.fenced_writes`).
+trials before the end resume it like any queued trial. A machine fault: handed back untouched
+(one failed attempt) and the worker stops; an attempt that died: handed back as
+one failed attempt. Anything else is the trial's end: COMPLETE, PRUNED (by the pruner) or FAIL,
+written with its last values in one fenced transaction (`search.db.fenced_writes`); the study's
+end writes the end of what was left waiting (`hpsearch:ended_by`, `search.db.pauses`).
 
     recorder = TrialRecorder(storage, study, worker_id, hostname, rules=rules, health=health,
                              tracking=tracking, keep_checkpoints=False)
