@@ -9,7 +9,11 @@ resume the same trial. `trial_rungs` keeps every trial's value at every rung it 
 rung table the promotion rule ranks against (`search.pruning.promotion`).
 
 When a study ends (its budget spent, or no trial left to start or promote), `end_waiting` ends
-what is left queued, paused trials included: PRUNED with their last reported value.
+what is left queued, paused trials included: PRUNED with their last reported value, each saying
+how it waited (``hpsearch:ended_as``: "paused" at a rung, or "queued": handed back, e.g. cut by
+the budget in the middle of a rung), so that more budget reopens it as it was
+(`search.db.reopen`). It ends nothing if the study's budgets were raised meanwhile
+(`hpsearch extend`): it and the raise take turns on the study's row.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from search.db.claims import lease_upsert, utcnow_naive
 from search.db.leases import Claim, fence, release
 from search.db.statements import insert_for, upsert_attributes, write_intermediate_values
 from search.db.storage import Storage
+from search.db.studies import CONFIG_ATTR, lock_study
 from search.db.tables import (
+    study_system_attributes,
     trial_intermediate_values,
     trial_leases,
     trial_params,
@@ -40,6 +46,7 @@ from search.db.tables import (
 from search.db.trial_rows import lock_budget
 
 __all__ = [
+    "ENDED_AS_ATTR",
     "RungRow",
     "claim_paused",
     "end_waiting",
@@ -49,6 +56,10 @@ __all__ = [
     "paused_count",
     "rung_rows",
 ]
+
+
+ENDED_AS_ATTR = "hpsearch:ended_as"
+"""Trial system attribute written by the study's end: "paused" (at a rung) or "queued"."""
 
 
 @dataclass(frozen=True)
@@ -275,17 +286,28 @@ def _claim_paused(
     return Claim(trial_id, started.number, study_id, worker_id, generation)
 
 
-def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int], list[int]]:
+def end_waiting(
+    storage: Storage, study_id: int, reason: str, budgets: dict[str, Any] | None = None
+) -> tuple[list[int], list[int]] | None:
     """End every trial of the study still WAITING when the study ends: one that started
     (paused, or handed back) ends PRUNED with its last reported value; one that was queued
     and never started is removed (sampled ahead, it was never part of the search). Returns
     the numbers of both. A few statements for the whole study, in one transaction; a trial a
     worker claims meanwhile is left to that worker (the updates lock the rows they change).
     The budget's counter row is locked first: a trial sampled ahead concurrently is inserted
-    either before (and removed here) or after, when its insert finds the budget spent."""
+    either before (and removed here) or after, when its insert finds the budget spent.
+
+    `budgets` ({"n_trials": ..., "budget_epochs": ..., "budget_hours": ...}) are the ones the
+    caller found spent: if the study's stored ones differ (raised by `hpsearch extend` or a
+    config run again since the caller read them), nothing is ended and None is returned. The
+    study's row is held first (`lock_study`), as `search.study.extend` holds it to store new
+    budgets and reopen what the end ended: one of the two goes first, the other sees it."""
     t, iv = trials, trial_intermediate_values
     with storage.transaction() as conn:
         dialect = conn.dialect.name
+        lock_study(conn, study_id)
+        if budgets is not None and _stored_budgets(conn, study_id, budgets) != budgets:
+            return None
         lock_budget(conn, study_id, exclusive=True)
         unstarted = conn.execute(
             sa.update(t)
@@ -308,6 +330,13 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int]
             ):
                 conn.execute(sa.delete(table).where(table.c.trial_id.in_(ids)))
             conn.execute(sa.delete(t).where(t.c.trial_id.in_(ids)))
+        paused = set(
+            conn.execute(
+                sa.select(trial_rungs.c.trial_id).where(
+                    trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
+                )
+            ).scalars()
+        )
         ended = conn.execute(
             sa.update(t)
             .where(t.c.study_id == study_id, t.c.state == "WAITING")
@@ -344,8 +373,12 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int]
                     set_={"value_json": attrs.excluded.value_json},
                 ),
                 [
-                    {"trial_id": i, "key": "hpsearch:ended_by", "value_json": json.dumps(reason)}
+                    {"trial_id": i, "key": key, "value_json": json.dumps(value)}
                     for i in ids
+                    for key, value in (
+                        ("hpsearch:ended_by", reason),
+                        (ENDED_AS_ATTR, "paused" if i in paused else "queued"),
+                    )
                 ],
             )
         conn.execute(
@@ -354,6 +387,16 @@ def end_waiting(storage: Storage, study_id: int, reason: str) -> tuple[list[int]
             .values(paused=False)
         )
     return [r.number for r in ended], [r.number for r in unstarted]
+
+
+def _stored_budgets(conn: Connection, study_id: int, like: dict[str, Any]) -> dict[str, Any]:
+    """The study's stored values of the keys of `like` (its config's [study] table)."""
+    a = study_system_attributes
+    raw = conn.execute(
+        sa.select(a.c.value_json).where(a.c.study_id == study_id, a.c.key == CONFIG_ATTR)
+    ).scalar()
+    stored = json.loads(raw).get("study", {}) if raw is not None else {}
+    return {key: stored.get(key) for key in like}
 
 
 def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:

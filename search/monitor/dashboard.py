@@ -36,6 +36,7 @@ from search.db.migrate import check_schema
 from search.db.roles import is_read_only
 from search.db.storage import Storage, StorageError, open_storage
 from search.db.studies import studies_with_more_trials_than
+from search.monitor.dashboard_banner import StudyBanner
 from search.monitor.dashboard_frontend import (
     BundleWithCurves,
     bundle_path,
@@ -224,7 +225,9 @@ class DashboardServer:
             bundle, api = summarizing, summary
         else:
             api = bottle_app
-        app = GzipJson(BundleWithCurves(api, bundle) if bundle else api)
+        app = BundleWithCurves(api, bundle) if bundle else api
+        # The budget and the paused trials at the top of a study's page: dashboard_banner.py.
+        app = GzipJson(StudyBanner(app, storage))
         server_class = _ThreadedWSGIServer6 if ":" in host else _ThreadedWSGIServer
         try:
             self.server = make_server(

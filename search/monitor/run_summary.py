@@ -64,7 +64,8 @@ def run_summary(
         head = f"{status.finished_text.replace('finished', 'trials')} ({counts})"
         kept = (
             "the best trial's final weights (hpsearch best --weights), those of trials paused "
-            "at a rung when the study ended (a raised budget promotes them) and reports, "
+            "at a rung or cut by the budget when the study ended (a raised budget goes on with "
+            "them) and reports, "
             f"{_in(artifacts_place(storage, artifacts))}; the other ended trials' are deleted "
             "(hpsearch delete removes the rest with the study)"
         )

@@ -3,7 +3,12 @@ otherwise the same) continues it, whether it is running or over.
 
 The stored config takes the new values, so every worker that joins spends the new total (the
 epoch counter keeps what was spent); trials paused at a rung when the study ended become
-promotable again (`search.db.reopen`); the sampler keeps its history (the trials stay). A value
+promotable again, and trials it ended queued (cut by the budget in the middle of a rung, or
+interrupted) are queued again to resume from their checkpoints (`search.db.reopen`); the
+sampler keeps its history (the trials stay). The new budgets and the reopening are one
+transaction that holds the study's row, as a worker ending the study does
+(`search.db.pauses.end_waiting`): a raise that comes as the workers end the study either comes
+first (they see it and go on) or after (it reopens what they ended). A value
 below what was already spent, adding or removing a budget, or any other change is refused; a
 config whose budget is below the stored one too (only `hpsearch extend` lowers a budget).
 Workers already running take the new budgets too: before one ends a trial or the study for a
@@ -21,9 +26,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from search.db.reopen import reopen_paused, spent
+from search.db.reopen import reopen_ended, spent
+from search.db.statements import upsert_attributes
 from search.db.storage import Storage
-from search.db.studies import CONFIG_ATTR
+from search.db.studies import CONFIG_ATTR, lock_study
 from search.db.tables import study_system_attributes
 from search.study.settings import ConfigError, StudyConfig
 
@@ -90,18 +96,26 @@ def extend_study(
             f"(raised with `hpsearch extend`?): raise it in the config too, or lower it on "
             f"purpose with hpsearch extend --study {study.name} {flag} {new:g}"
         )
-    storage.optuna_storage().set_study_system_attr(study.study_id, CONFIG_ATTR, config.to_dict())
-    reopened = reopen_paused(storage, study.study_id)
+    with storage.transaction() as conn:
+        lock_study(conn, study.study_id)
+        upsert_attributes(
+            conn, study_system_attributes, study.study_id, {CONFIG_ATTR: config.to_dict()}
+        )
+        reopened = reopen_ended(conn, study.study_id)
     shown = ", ".join(f"study.{k} {a} -> {b}" for k, (a, b) in changes.items())
     logger.info(
         "study %r continues with %s budget (%s; %d epochs and %d trials spent); %d paused "
-        "trial(s) promotable again",
+        "trial(s) promotable again%s",
         study.name,
         "a lower" if lowered else "more",
         shown,
         used.epochs,
         used.trials,
-        len(reopened),
+        len(reopened.paused),
+        f"; {len(reopened.queued)} trial(s) cut by the budget (or interrupted) resume from "
+        "their checkpoints"
+        if reopened.queued
+        else "",
     )
     return replace(study, config=config)
 

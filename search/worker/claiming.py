@@ -31,6 +31,7 @@ from search.db.storage import Storage, is_transient
 from search.errors import first_line
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import LEARNS_FROM_RESULTS
+from search.study.extend import BUDGET_KEYS
 from search.study.studies import StudyRef
 from search.worker import leftovers
 from search.worker.artifacts import ArtifactStore
@@ -100,6 +101,10 @@ class SampleAhead:
             return
         self._thread = threading.Thread(target=self._quietly, name="sampler", daemon=True)
         self._thread.start()
+
+    def reopen(self) -> None:
+        """The study goes on after `close` (its budgets were raised as it was ending)."""
+        self._over = False
 
     def close(self) -> None:
         """Sample nothing more; wait for an insert under way."""
@@ -277,7 +282,19 @@ class Claimer:
         # must be in before the cleanup below, which removes them, not after it, where they
         # would stay WAITING for ever (no worker is left to claim them).
         self.ahead.close()
-        ended, removed = pauses.end_waiting(self.storage, self.study.study_id, why)
+        s = self.study.config.study
+        found_spent = {k: getattr(s, k) for k in BUDGET_KEYS}
+        done = pauses.end_waiting(self.storage, self.study.study_id, why, budgets=found_spent)
+        if done is None:
+            # The budgets were raised since this worker read them (`hpsearch extend`, or the
+            # config run again, as it was ending the study): nothing ended, it goes on.
+            self.rules.more_budget()
+            self.ahead.reopen()
+            logger.info(
+                "study %r: its budget was raised as it was ending; it goes on", self.study.name
+            )
+            return StudyEnd.WAIT
+        ended, removed = done
         self.tracking.ended_by_study_end(ended)
         over = "budget spent" if why == "budget" else "no trial left to start or promote"
         if ended:

@@ -1,7 +1,8 @@
 """Nothing left behind: the checkpoints of trials that can no longer run are deleted; kept are
 the best complete trial's (its final weights: `hpsearch best --weights`) and those of the trials
-the study's end found paused at a rung (a raised budget promotes them again: `search.db.reopen`;
-`hpsearch delete` removes them with the study).
+the study's end found paused at a rung or queued (cut by the budget in the middle of a rung): a
+raised budget promotes or resumes them (`search.db.reopen`); `hpsearch delete` removes them with
+the study.
 
 A finished trial's checkpoint is deleted when it ends unless it is the best complete trial
 then; each time a trial finishes, and when the study ends (the trials still paused at a rung
@@ -29,7 +30,7 @@ from search.db.reopen import ENDED_BY_ATTR
 from search.db.statements import upsert_attributes
 from search.db.status import best_trial
 from search.db.storage import Storage
-from search.db.tables import trial_rungs, trial_system_attributes, trial_user_attributes, trials
+from search.db.tables import trial_system_attributes, trial_user_attributes, trials
 from search.study.studies import StudyRef
 
 __all__ = ["Sweep", "after_finish", "describe", "record_provenance", "sweep"]
@@ -44,7 +45,8 @@ class Sweep:
     deleted: list[int] = field(default_factory=list)
     kept_best: int | None = None
     kept_paused: int = 0
-    """Trials the study's end found paused at a rung, whose checkpoints stay for more budget."""
+    """Trials the study's end found paused at a rung (or cut by the budget), whose checkpoints
+    stay for more budget."""
 
 
 def after_finish(storage: Storage, checkpoints: Any, study: StudyRef) -> Sweep:
@@ -58,11 +60,10 @@ def after_finish(storage: Storage, checkpoints: Any, study: StudyRef) -> Sweep:
 
 def sweep(storage: Storage, store: Any, study: StudyRef) -> Sweep:
     """Delete the checkpoints of every finished trial of the study but the best complete one."""
-    t, a, r = trials, trial_system_attributes, trial_rungs
-    paused_at_end = (
-        sa.select(a.c.trial_id)
-        .where(a.c.key == ENDED_BY_ATTR, a.c.value_json.in_(['"budget"', '"n_trials"']))
-        .where(sa.exists().where(r.c.trial_id == a.c.trial_id))
+    t, a = trials, trial_system_attributes
+    # Paused at a rung, or queued (cut by the budget mid-rung): a raised budget reopens them.
+    paused_at_end = sa.select(a.c.trial_id).where(
+        a.c.key == ENDED_BY_ATTR, a.c.value_json.in_(['"budget"', '"n_trials"'])
     )
     with storage.autocommit() as conn:
         # First the listing, then the best (see the module's docstring).
@@ -116,6 +117,6 @@ def describe(done: Sweep) -> str:
         said.append(f"the best trial's ({done.kept_best}) kept for `hpsearch best --weights`")
     if done.kept_paused:
         said.append(
-            f"{done.kept_paused} paused trial(s)' kept: a raised budget promotes them again"
+            f"{done.kept_paused} paused or cut trial(s)' kept: a raised budget goes on with them"
         )
     return "; ".join(said) + " (`hpsearch delete` removes them with the study)"

@@ -1,11 +1,15 @@
 """Recording how a trial ended: one `match` on its `StopReason` (`search.worker.trial`).
 
 Lost: nothing (its new owner records it). Paused at a rung: handed back paused, its checkpoint
-kept. Interrupted: checkpointed and handed back, to resume elsewhere. A machine fault: handed
-back untouched (one failed attempt) and the worker stops; an attempt that died: handed back as
-one failed attempt. Anything else is the trial's end: COMPLETE, PRUNED (by the pruner, or by
-the study's budget: `hpsearch:ended_by`) or FAIL, written with its last values in one fenced
-transaction (`search.db.fenced_writes`).
+kept. Interrupted: checkpointed and handed back, to resume elsewhere. Cut by the study's budget
+in the middle of a rung (`BudgetSpent`): handed back as interrupted (``hpsearch:cut_at``, its
+checkpoint kept): the study's end ends it PRUNED with its last value, and a raised budget
+(`hpsearch extend`) queues it again, to go on from its checkpoint; epochs given back by other
+trials before the end resume it like any queued trial. A machine fault: handed back untouched
+(one failed attempt) and the worker stops; an attempt that died: handed back as
+one failed attempt. Anything else is the trial's end: COMPLETE, PRUNED (by the pruner) or FAIL,
+written with its last values in one fenced transaction (`search.db.fenced_writes`); the study's
+end writes the end of what was left waiting (`hpsearch:ended_by`, `search.db.pauses`).
 
     recorder = TrialRecorder(storage, study, worker_id, hostname, rules=rules, health=health,
                              tracking=tracking, keep_checkpoints=False)
@@ -87,13 +91,10 @@ class TrialRecorder:
         if isinstance(ending.reason, Lost):
             return
         self.runs += 1
-        self.tracking.trial_ended(
-            ending.run, ending.outcome, paused=isinstance(ending.reason, Paused)
-        )
+        waits = isinstance(ending.reason, (Paused, BudgetSpent))  # to go on later, maybe
+        self.tracking.trial_ended(ending.run, ending.outcome, paused=waits)
         claim, status = ending.claim, ending.outcome.status
-        if ending.outcome.user_attrs and (
-            isinstance(ending.reason, Paused) or status == "preempted"
-        ):
+        if ending.outcome.user_attrs and (waits or status == "preempted"):
             # It may end without this worker (a study's end ends paused trials): say who ran it.
             attrs = {
                 "worker_id": self.worker_id,
@@ -110,6 +111,8 @@ class TrialRecorder:
                 self._pause(claim, rung, value, ending.leftover)
             case Interrupted(fenced=fenced):
                 self._hand_back(claim, ending.leftover, fenced=fenced)
+            case BudgetSpent(epoch=epoch):
+                self._cut(claim, epoch, ending.leftover)
             case Finished() if status == "machine_fault":
                 # The fault is this machine's, and it would fail every trial the same way.
                 reason = ending.outcome.reason or "the machine cannot train"
@@ -119,14 +122,12 @@ class TrialRecorder:
                 then = self._hand_back_failed_attempt(ending)
                 logger.warning("trial %d: %s; %s", claim.number, ending.outcome.reason, then)
             case _:
-                self._finish(ending, by_budget=isinstance(ending.reason, BudgetSpent))
+                self._finish(ending)
 
-    def _finish(self, ending: Ending, *, by_budget: bool) -> None:
+    def _finish(self, ending: Ending) -> None:
         claim, run, outcome = ending.claim, ending.run, ending.outcome
         end = trial_end(outcome, run.reported)
         system_attrs = {"fail_reason": end.fail_reason} if end.fail_reason else {}
-        if by_budget:
-            system_attrs["hpsearch:ended_by"] = "budget"
         user_attrs = {"worker_id": self.worker_id, "hostname": self.hostname, **outcome.user_attrs}
         if run.previous_worker is not None:
             # Resumed: this run's provenance replaces what the run before it recorded.
@@ -170,6 +171,22 @@ class TrialRecorder:
             self.study.config.study.metric,
             value,
             promoter.eta,
+        )
+
+    def _cut(self, claim: Claim, epoch: int, leftover: dict[int, float]) -> None:
+        """The study's budget allowed no epoch after `epoch`: handed back with its checkpoint,
+        to end with the study (PRUNED) or go on with more budget."""
+        attrs = {"hpsearch:handed_back_by": self.worker_id, "hpsearch:cut_at": epoch}
+        self.health.retry(
+            lambda: fenced_writes.hand_back(self.storage, claim, attrs, leftover),
+            "hand the trial back",
+            attempts=5,
+        )
+        logger.info(
+            "trial %d: the study's budget is spent after epoch %d; checkpoint kept: it ends "
+            "PRUNED with the study, or goes on if the budget is raised",
+            claim.number,
+            epoch,
         )
 
     def _hand_back(self, claim: Claim, leftover: dict[int, float], *, fenced: bool) -> None:

@@ -59,7 +59,8 @@ class Paused:
 
 @dataclass(frozen=True)
 class BudgetSpent:
-    """The study's budget allowed no epoch after `epoch`: it ends PRUNED, by the budget."""
+    """The study's budget allowed no epoch after `epoch`: it is handed back with its checkpoint
+    (`search.worker.recording`); the study's end ends it PRUNED, a raised budget resumes it."""
 
     epoch: int
     name = "budget"

@@ -183,7 +183,7 @@ def test_a_finished_study_keeps_the_best_and_the_paused_trials_checkpoints(
         assert trials[n].state.name == "PRUNED", n
         assert trials[n].system_attrs["hpsearch:ended_by"] == "budget", n
     paused = len(numbers) - 1
-    assert f"{paused} paused trial(s)' kept: a raised budget promotes them again" in (
+    assert f"{paused} paused or cut trial(s)' kept: a raised budget goes on with them" in (
         finished.run_stderr
     )
     assert "checkpoints: the best trial's final weights" in finished.run_stdout

@@ -106,8 +106,9 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     assert lines[-3].startswith("  best: trial ")
     assert lines[-2].startswith(
         f"results: sqlite:///{tmp_path}/hpsearch.db; checkpoints: the best trial's final "
-        "weights (hpsearch best --weights), those of trials paused at a rung when the study "
-        f"ended (a raised budget promotes them) and reports, in {tmp_path}/hpsearch.db.artifacts/"
+        "weights (hpsearch best --weights), those of trials paused at a rung or cut by the "
+        "budget when the study ended (a raised budget goes on with them) and reports, in "
+        f"{tmp_path}/hpsearch.db.artifacts/"
     ) or lines[-2].startswith("results: sqlite:///hpsearch.db; checkpoints: the best"), lines[-2]
     assert lines[-1].startswith("next: hpsearch trials --study readme (every trial) | ")
     assert "hpsearch best --study readme (" in lines[-1]

@@ -76,9 +76,12 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
     config.write_text(text.replace("budget_epochs = 30", "budget_epochs = 24"))
     second = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
+    # Paused at a rung, or cut by the budget in the middle of one (queued: resumed as it is).
+    cut = {n for n in paused_at_end if before[n].system_attrs["hpsearch:ended_as"] == "queued"}
     assert (
         "continues with more budget (study.budget_epochs 12 -> 24; 12 epochs and "
-        f"{len(before)} trials spent); {len(paused_at_end)} paused trial(s) promotable again"
+        f"{len(before)} trials spent); {len(paused_at_end - cut)} paused trial(s) promotable "
+        "again" + (f"; {len(cut)} trial(s) cut by the budget" if cut else "\n")
     ) in second.stderr
     assert _epochs(pg_url, study_name) == (24, 24)
     after = optuna.load_study(study_name=study_name, storage=pg_url).trials
@@ -92,7 +95,9 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
     for n in paused_at_end:
         was = max(before[n].intermediate_values)
         if max(after[n].intermediate_values) > was:
-            assert after[n].user_attrs["resumed_from"]["epoch"] == was, n
+            # From its checkpoint, never from scratch (its last resume: where the first end
+            # left it, or a later rung it paused at again).
+            assert after[n].user_attrs["resumed_from"]["epoch"] >= was, n
         else:
             assert n in again and after[n].system_attrs["hpsearch:ended_by"] == "budget", n
 
@@ -113,9 +118,14 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
         "trials", "--study", study_name, "--state", "paused", "--json", *flags, cwd=tmp_path
     )
     paused = json.loads(listed.stdout)
-    assert {p["number"] for p in paused} == again - {
-        t.number for t in after if t.state.name == "COMPLETE"
-    }
+    ended = again - {t.number for t in after if t.state.name == "COMPLETE"}
+    cut = {n for n in ended if after[n].system_attrs["hpsearch:ended_as"] == "queued"}
+    assert {p["number"] for p in paused} == ended - cut
+    # Those the second end found cut in the middle of a rung are queued again, to resume.
+    listed = hpsearch(
+        "trials", "--study", study_name, "--state", "waiting", "--json", *flags, cwd=tmp_path
+    )
+    assert {t["number"] for t in json.loads(listed.stdout)} == cut
     status = hpsearch("status", "--study", study_name, "--json", *flags, cwd=tmp_path)
     leading = json.loads(status.stdout)["leading_paused"]
     top = max(paused, key=lambda p: (p["rung"], p["value"], -p["number"]))
