@@ -74,6 +74,7 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # Candidates on top of the default: a good set of at least 3 trials; 20 random trials first.
     "good-floor3": {"kind": "asha", "real": True, "good": "floor3"},
     "startup20": {"kind": "asha", "real": True, "startup": 20},
+    "good-0.03": {"kind": "asha", "real": True, "good": "0.03"},
     # The default with TPE's view bounded past `start` trials (search/sampling/bounded.py).
     "bounded": {"kind": "asha", "real": True, "bound": {"best": 50, "recent": 200, "start": 300}},
     "bounded-tight": {
@@ -106,7 +107,7 @@ def code_version(kind: str, adaptive: bool = True) -> str:
     import inspect
 
     h = hashlib.sha256(library_versions().encode())
-    for fn in (random_config, sh_bracket, run_one, good_set):
+    for fn in (random_config, sh_bracket, run_one):
         h.update(inspect.getsource(fn).encode())
     for rel in CODE[kind]:
         if rel == "search/pruning/adaptive.py" and not adaptive:
@@ -137,6 +138,11 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
     settings = json.dumps(STRATEGIES[name], sort_keys=True)
     spec = STRATEGIES[name]
     version = code_version(spec["kind"], bool(spec.get("adapt") or spec.get("real")))
+    if spec.get("good"):  # a candidate good set: its code too (not in every key)
+        import inspect
+
+        good = hashlib.sha256(inspect.getsource(good_set).encode()).hexdigest()[:8]
+        version = f"{version}+{good}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -195,11 +201,13 @@ def sh_bracket(curve_of: Any, budget: int, seed: int, n: int, eta: int, levels: 
 def good_set(name: str) -> Any:
     """A candidate good set for TPE across fidelities (its `gamma`: trials -> good trials).
     ``floor3``: the default's best 5%, but never fewer than 3 trials (the default fits its
-    good density on one trial until 20 have reported)."""
+    good density on one trial until 20 have reported); ``0.03``: the best 3%."""
     from search.sampling.multifidelity import GOOD_CAP, good_trials
 
     if name == "floor3":
         return lambda n: min(max(good_trials(n), min(3, n)), GOOD_CAP)
+    if name == "0.03":
+        return lambda n: min(math.ceil(0.03 * n), GOOD_CAP)
     raise ValueError(f"unknown good set {name!r}")
 
 
