@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,10 +55,6 @@ SPACE: dict[str, BaseDistribution] = {
     "weight_decay": FloatDistribution(1e-5, 1e-1),
 }
 RUNGS = (1, 3, 9, 27, 50)
-ADMIN_URL = os.environ.get(
-    "HPSEARCH_BENCH_ADMIN", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-"""A role that may create and drop the benchmark's database (one of its own, dropped after)."""
 RUNNING = 8
 
 
@@ -226,18 +221,10 @@ def database(kind: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory() as tmp:
             yield f"sqlite:///{tmp}/study.db"
         return
-    import sqlalchemy as sa
+    from bench.systems.large_study import scratch_database
 
-    admin = sa.create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"hpsearch_bench_sampler_{uuid.uuid4().hex[:6]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_database("sampler") as url:
+        yield url
 
 
 def measure(url: str, name: str, samples: int, profile: bool) -> dict[str, Any]:
