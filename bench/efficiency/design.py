@@ -275,12 +275,32 @@ def _fmt(x: float | None) -> str:
     return "never" if not x else f"{x:.1f}x"
 
 
+TPE_TOLERANCE = {"val_accuracy": 0.5, "val_balanced_accuracy": 0.005}
+"""Issue 27's "final no worse than plain TPE's minus 0.5 points", per metric: half a point of
+accuracy in percent (`val_accuracy`), the same half point as a fraction (`val_balanced_accuracy`);
+cross-entropy has no points: half a percent of plain TPE's final (`tpe_tolerance`)."""
+
+
+def tpe_tolerance(metric: str, tpe_final: float) -> float:
+    """How far below plain TPE's final value a strategy's final may end and still count as no
+    worse, in the metric's own units (its score: cross-entropy negated)."""
+    if metric in TPE_TOLERANCE:
+        return TPE_TOLERANCE[metric]
+    return 0.005 * abs(tpe_final)
+
+
+def _value(x: float, metric: str) -> str:
+    """A final value as the tables show it: accuracy in percent to 0.1, the others to 0.001."""
+    return f"{x:.1f}" if metric == "val_accuracy" else f"{x:.3f}"
+
+
 def report(
     results: dict[tuple[str, str, int], Run],
     names: list[str],
     instances: list[str],
     seeds: int,
     budget: int,
+    metric: str = "val_accuracy",
 ) -> dict[str, Any]:
     """Print the per-instance table and the distribution; return the summary."""
     per: dict[str, dict[str, dict[str, Any]]] = {}
@@ -301,13 +321,14 @@ def report(
     print("| --- | --- |" + " --- |" * len(shown))
     for inst in instances:
         cells = [
-            f"{_fmt(per[inst][n]['speedup'])} {per[inst][n]['final']:.1f}"
+            f"{_fmt(per[inst][n]['speedup'])} {_value(per[inst][n]['final'], metric)}"
             f" ({per[inst][n]['reached']}/{seeds})"
             for n in shown
         ]
-        print(f"| {inst} | {per[inst]['target']:.1f} | " + " | ".join(cells) + " |")
+        print(f"| {inst} | {_value(per[inst]['target'], metric)} | " + " | ".join(cells) + " |")
     summary: dict[str, Any] = {}
-    print("\n| strategy | median | p10 | min | reached | >= best peer | final >= tpe-0.5 |")
+    tol = "0.5%" if metric not in TPE_TOLERANCE else f"{TPE_TOLERANCE[metric]:g}"
+    print(f"\n| strategy | median | p10 | min | reached | >= best peer | final >= tpe-{tol} |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in shown:
         sp = [per[i][name]["speedup"] or 0.0 for i in instances]
@@ -316,7 +337,8 @@ def report(
         best_peer = [max([per[i][p]["speedup"] or 0.0 for p in peers] or [0.0]) for i in instances]
         ge_peer = sum(s >= b for s, b in zip(sp, best_peer, strict=True))
         ge_tpe = sum(
-            per[i][name]["final"] >= per[i]["optuna-tpe"]["final"] - 0.5
+            per[i][name]["final"]
+            >= per[i]["optuna-tpe"]["final"] - tpe_tolerance(metric, per[i]["optuna-tpe"]["final"])
             for i in instances
             if "optuna-tpe" in names
         )
@@ -327,7 +349,8 @@ def report(
             "min": min(sp),
             "reached": reached / (len(instances) * seeds),
             "ge_best_peer": ge_peer,
-            "final_ge_tpe_minus_0.5": ge_tpe,
+            "final_ge_tpe_minus_tolerance": ge_tpe,
+            "tpe_tolerance": tol,
             "final_below_random": below_random,
             "median_ratio_to_best_peer": statistics.median(
                 s / b if b else math.inf for s, b in zip(sp, best_peer, strict=True)
@@ -442,7 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     if not instances:
         print("no instance has every strategy and seed cached yet")
         return 0
-    out = report(results, [n for n in names], instances, args.seeds, args.budget_epochs)
+    out = report(
+        results, [n for n in names], instances, args.seeds, args.budget_epochs, args.metric
+    )
     print(f"\n{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))

@@ -67,3 +67,13 @@ def test_a_cached_study_is_not_reused_under_other_library_versions(
     monkeypatch.setattr(design, "library_versions", lambda: "optuna 9.9; numpy 9.9")
     assert design.cache_key("default", "3945", 0, 5000, "val_accuracy") != here
     assert design.cache_key("random", "3945", 0, 5000, "val_accuracy") != here
+
+
+def test_no_worse_than_plain_tpe_means_half_a_point_in_every_metric_s_own_units() -> None:
+    """The issue's 0.5 points are of accuracy in percent: balanced accuracy is a fraction (0.5
+    would pass anything), cross-entropy has no points (half a percent of plain TPE's)."""
+    from bench.efficiency.design import tpe_tolerance
+
+    assert tpe_tolerance("val_accuracy", 91.0) == 0.5
+    assert tpe_tolerance("val_balanced_accuracy", 0.91) == 0.005
+    assert tpe_tolerance("val_cross_entropy", -0.8) == pytest.approx(0.004)
