@@ -74,6 +74,7 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # Candidates on top of the default: a good set of at least 3 trials; 20 random trials first.
     "good-floor3": {"kind": "asha", "real": True, "good": "floor3"},
     "startup20": {"kind": "asha", "real": True, "startup": 20},
+    "startup5": {"kind": "asha", "real": True, "startup": 5},
     "good-0.03": {"kind": "asha", "real": True, "good": "0.03"},
     # The default with TPE's view bounded past `start` trials (search/sampling/bounded.py).
     "bounded": {"kind": "asha", "real": True, "bound": {"best": 50, "recent": 200, "start": 300}},
