@@ -7,16 +7,26 @@ cProfile and prints where the time went, by cumulative time and by own time.
     python -m bench.systems.real_path                        # 189906, seed 0, 5,000 epochs
     python -m bench.systems.real_path --seeds 3 --profile 25
     python -m bench.systems.real_path --storage postgresql+psycopg://postgres@127.0.0.1/x
+    python -m bench.systems.real_path --code /tmp/before,. --seeds 2 --repeats 2
+
+`--code A,B` runs each study in a fresh process on the code of each checkout in turn (A, B, A,
+B, ...: the machine's load falls on both alike) and prints each side's median wall and CPU
+seconds and their ratio; `decided` (a digest of the trials each study trained, to what end, in
+what order) says whether the two sides' searches decided the same.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import io
 import json
 import os
 import pstats
+import statistics
+import subprocess
+import sys
 import time
 
 
@@ -36,35 +46,83 @@ def one_study(
         storage=storage,
         time_scale=0.0,
     )
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     run = run_job(job)
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     trials = run.extra.get("trials", 0)
+    # What the search decided, in a few characters: two runs with the same digest trained the
+    # same trials to the same ends in the same order.
+    decided = hashlib.sha256(json.dumps([run.finished, run.epochs, trials]).encode()).hexdigest()
     return {
         "instance": instance,
         "seed": seed,
         "budget_epochs": budget,
         "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
         "trials": trials,
+        "decided": decided[:12],
         "ms_per_trial": round(1000 * wall / max(1, trials), 1),
         "load": os.getloadavg()[0],
     }
+
+
+def side_by_side(codes: list[str], args: argparse.Namespace) -> None:
+    """Each seed's study on each checkout in turn, `--repeats` times, in fresh processes."""
+    here = os.path.abspath(__file__)
+    results: dict[str, list[dict]] = {code: [] for code in codes}
+    for _ in range(args.repeats):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            for code in codes:
+                command = [sys.executable, "-P", here, "--instance", args.instance, "--seeds", "1"]
+                command += ["--first-seed", str(seed), "--budget-epochs", str(args.budget_epochs)]
+                if args.storage:
+                    command += ["--storage", args.storage]
+                if args.data:
+                    command += ["--data", args.data]
+                root = os.path.abspath(code)
+                env = {**os.environ, "PYTHONPATH": root}
+                out = subprocess.run(
+                    command, cwd=root, env=env, check=True, capture_output=True, text=True
+                ).stdout
+                result = {"code": code, **json.loads(out.strip().splitlines()[-1])}
+                results[code].append(result)
+                print(json.dumps(result), flush=True)
+    medians = {
+        code: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
+        for code, rs in results.items()
+    }
+    base = medians[codes[0]]
+    for code, m in medians.items():
+        print(
+            f"{code}: median wall {m['wall_s']:.2f} s ({m['wall_s'] / base['wall_s']:.3f} of "
+            f"{codes[0]}), CPU {m['cpu_s']:.2f} s ({m['cpu_s'] / base['cpu_s']:.3f})"
+        )
+    same = all(
+        a["decided"] == b["decided"] for a, b in zip(*(results[c] for c in codes), strict=False)
+    )
+    print("the same trials on every side" if same else "the sides decided differently")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instance", default="189906")
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--code", help="checkouts to run side by side, comma-separated")
+    parser.add_argument("--repeats", type=int, default=1, help="with --code")
     parser.add_argument("--budget-epochs", type=int, default=5000)
     parser.add_argument("--storage", help="default: SQLite in a temporary directory")
     parser.add_argument("--data", help="YAHPO data (default $YAHPO_DATA, as bench.efficiency)")
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.code:
+        side_by_side(args.code.split(","), args)
+        return
     one_study(
         args.instance, 99, 200, args.storage, args.data
     )  # imports and data loaded before timing
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()

@@ -40,6 +40,7 @@ from search.db.storage import Storage
 from search.db.tables import (
     stored_float,
     trial_intermediate_values,
+    trial_leases,
     trial_params,
     trial_system_attributes,
     trial_values,
@@ -93,7 +94,8 @@ def read_changed_trials(
 ) -> Sequence[Row[Any]]:
     """The trials created since the cursor's last look, or unfinished then: trial_id, number,
     state, datetime_start, datetime_complete; `with_rungs`: one row per `completed_rung_*`
-    attribute too (key, value_json; None for a trial without one), in the same round trip."""
+    attribute too (key, value_json; None for a trial without one) and the trial's lease
+    (generation, epoch; None for a trial never claimed), in the same round trip."""
     dialect = conn.dialect.name
     statement = _changed_with_rungs(dialect) if with_rungs else _changed(dialect)
     ids = bound_ids(dialect, sorted(cursor.unfinished))
@@ -146,7 +148,7 @@ def _changed(dialect: str) -> sa.Select:
 
 @functools.cache
 def _changed_with_rungs(dialect: str) -> sa.Select:
-    t, a = trials, trial_system_attributes
+    t, a, lease = trials, trial_system_attributes, trial_leases
     rung = sa.and_(a.c.trial_id == t.c.trial_id, a.c.key.startswith(RUNG_PREFIX, autoescape=True))
     return (
         sa.select(
@@ -157,8 +159,10 @@ def _changed_with_rungs(dialect: str) -> sa.Select:
             t.c.datetime_complete,
             a.c.key,
             a.c.value_json,
+            lease.c.generation,
+            lease.c.epoch,
         )
-        .select_from(t.outerjoin(a, rung))
+        .select_from(t.outerjoin(a, rung).outerjoin(lease, lease.c.trial_id == t.c.trial_id))
         .where(_changed_condition(dialect))
     )
 
@@ -204,9 +208,13 @@ class TrialCache:
     their `completed_rung_*` attributes (one round trip); a trial that is new, finished since,
     or had no params yet is read whole (params, system attributes, value; curves as `need`ed).
     A queued or running trial with its params changes only in its rung values (and, with
-    `live_curves`, its reports): only those are applied. Trials are `FrozenTrial`s with user
-    attributes left empty, replaced (never changed in place) when they change, so a list a
-    reader holds stays as it was. Safe to use from several threads; one refresh at a time.
+    `live_curves`, its reports): only those are applied. Its reports are read again only while
+    it runs, or once its state or its lease (claim generation, last epoch reported) changed
+    since they were read: a paused trial gets reports only under a new claim, so the paused
+    trials that wait (most unfinished trials of an ASHA study) cost a row each, not a curve.
+    Trials are `FrozenTrial`s with user attributes left empty, replaced (never changed in
+    place) when they change, so a list a reader holds stays as it was. Safe to use from
+    several threads; one refresh at a time.
 
     One per (storage, study) in a process: `TrialCache.of(storage, study_id)`.
     """
@@ -220,6 +228,9 @@ class TrialCache:
         """Held while the trials change; a reader may hold it to see none change meanwhile."""
         self._refreshing = threading.Lock()
         self._local: dict[int, dict[str, Any]] = {}  # attributes set here: kept over reads
+        # Of the unfinished trials whose reports were read: the lease (generation, epoch) read
+        # with them, at or before the reports. A lease that differs now: read them again.
+        self._leases: dict[int, tuple[Any, Any]] = {}
         self._generation = 0  # goes up when `need` starts over
         self._listeners: list[Callable[[int, int, str, Any], None]] = []
         self.finished_curves = False
@@ -252,6 +263,7 @@ class TrialCache:
             self.live_curves |= live_curves
             if more and self._trials:
                 self._trials.clear()
+                self._leases.clear()
                 self._cursor = ChangeCursor(self.study_id)
                 self._generation += 1
                 self.version += 1
@@ -339,9 +351,9 @@ class TrialCache:
             cursor = self._cursor.snapshot()
             # The trials a refresh reads are the new ones (never known, but those claimed here,
             # which are unfinished) and the unfinished ones: what is known of those is enough.
-            trials = self._trials
+            trials, leases = self._trials, self._leases
             known = {
-                i: (t.state, bool(t.params))
+                i: _Known(t.state, bool(t.params), leases.get(i))
                 for i in cursor.unfinished
                 if (t := trials.get(i)) is not None
             }
@@ -390,6 +402,8 @@ class TrialCache:
                     and curve == known.intermediate_values
                 ):
                     self._cursor.saw(r.trial_id, state)
+                    if r.trial_id in read.leases:
+                        self._leases[r.trial_id] = read.leases[r.trial_id]
                     continue  # most unfinished trials have not changed since the last look
                 trial = copy.copy(known)
                 trial.state = state
@@ -398,6 +412,10 @@ class TrialCache:
             self._trials[r.trial_id] = trial
             self._cursor.saw(r.trial_id, state)
             self._logged(r.trial_id)
+            if state.is_finished():
+                self._leases.pop(r.trial_id, None)
+            elif r.trial_id in read.leases:
+                self._leases[r.trial_id] = read.leases[r.trial_id]
             changed += 1
             for listener in self._listeners:
                 for key, value in trial.system_attrs.items():
@@ -411,6 +429,15 @@ class TrialCache:
 _CACHES_LOCK = threading.Lock()
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What a refresh knows of an unfinished trial before it reads."""
+
+    state: TrialState
+    has_params: bool
+    lease: tuple[Any, Any] | None  # (generation, epoch) when its reports were read; None: never
+
+
 @dataclass
 class _Changes:
     """What one refresh read."""
@@ -422,6 +449,8 @@ class _Changes:
     attrs: dict[int, dict[str, Any]]
     values: dict[int, float]
     curves: dict[int, dict[int, float]]
+    leases: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    """The lease read with each unfinished trial whose reports were read."""
 
 
 _DISTRIBUTIONS: dict[str, BaseDistribution] = {}
@@ -444,7 +473,7 @@ def param_value(value: float, dist_json: str) -> Any:
 def _read_changes(
     conn: Connection,
     cursor: ChangeCursor,
-    known: dict[int, tuple[TrialState, bool]],
+    known: dict[int, _Known],
     finished_curves: bool,
     live_curves: bool,
 ) -> _Changes:
@@ -456,10 +485,10 @@ def _read_changes(
             rungs.setdefault(r.trial_id, {})[r.key] = json.loads(r.value_json)
     whole: set[int] = set()
     for r in rows:
-        state, has_params = known.get(r.trial_id, (None, False))
+        k = known.get(r.trial_id)
         # New, finished since, or without its params when last read (queued without them, or
         # claimed here and known without a read): read whole. Else only its rungs change.
-        if state is None or not has_params or STATES[r.state].is_finished():
+        if k is None or not k.has_params or STATES[r.state].is_finished():
             whole.add(r.trial_id)
     out = _Changes(rows, rungs, whole, {}, {}, {}, {})
     ids = sorted(whole)
@@ -481,14 +510,33 @@ def _read_changes(
             r.trial_id in whole
             and (r.state == "PRUNED" or (finished_curves and STATES[r.state].is_finished()))
         )
-        or (live_curves and not STATES[r.state].is_finished())
+        or (live_curves and _live_curve_changed(r, known.get(r.trial_id), r.trial_id in whole))
     ]
+    if live_curves:
+        out.leases = {
+            r.trial_id: (r.generation, r.epoch)
+            for r in rows
+            if r.trial_id in curved and not STATES[r.state].is_finished()
+        }
     if curved:
         for trial_id, step, value, kind in read_curves(conn, sorted(curved)):
             out.curves.setdefault(trial_id, {})[step] = stored_float(value, kind)
         for trial_id in curved:
             out.curves.setdefault(trial_id, {})
     return out
+
+
+def _live_curve_changed(row: Row[Any], known: _Known | None, whole: bool) -> bool:
+    """Whether an unfinished trial's reports may have changed since they were read: it is read
+    whole, it runs (reports come every epoch), its state changed, or its lease did (a claim
+    since, or the holder reported). Reports are written only under a lease (fenced writes), so
+    a trial that waits under the same lease has the reports it had."""
+    state = STATES[row.state]
+    if state.is_finished():
+        return False
+    if whole or known is None or state == TrialState.RUNNING or state != known.state:
+        return True
+    return known.lease != (row.generation, row.epoch)
 
 
 def light_trial(

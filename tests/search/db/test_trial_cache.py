@@ -3,14 +3,21 @@ the same trials, each change read from the database once."""
 
 from __future__ import annotations
 
-import optuna
+from typing import Any
 
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from search.db import trial_changes
 from search.db.storage import open_storage
 from search.db.trial_changes import RUNG_PREFIX, TrialCache
 from search.pruning.storage import PruningStorage
 from search.sampling.mirror import StudyMirror
+from search.study.parse_config import parse_config
 from search.study.studies import create_study
 from search.worker.loop import Worker
+from search.worker.trial import TrialOutcome, TrialRun
 from tests.helpers.configs import tpe_config
 from tests.helpers.objectives import curve
 
@@ -56,3 +63,70 @@ def test_the_mirror_and_the_pruning_view_see_the_same_trials(
     assert {t.number: t.params for t in mirror.get_all_trials(ref.study_id)} == {
         t.number: t.params for t in by_optuna
     }
+
+
+def _asha_config(name: str) -> Any:
+    """README's default, small: TPE across fidelities + promotion ASHA on an epoch budget."""
+    return parse_config(
+        {
+            "study": {"name": name, "budget_epochs": 120, "sampler": "tpe", "seed": 5},
+            "pruner": {"type": "asha", "min_resource": 1, "reduction_factor": 3},
+            "task": {"name": "digits", "epochs": 9},
+            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
+        }
+    )
+
+
+def test_paused_trials_resumed_between_two_looks_show_their_new_reports(
+    storage_url: str, study_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TPE across fidelities learns from the reports of paused trials. A refresh reads those
+    reports again only for a trial that runs or whose state or lease changed since; a trial
+    paused, resumed and paused again between two looks of another process still shows every
+    report it has, as a fresh read of the study does."""
+    config = _asha_config(study_name)
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, config)
+    reader = open_storage(storage_url)  # another process, looking now and then
+    cache = TrialCache.of(reader, ref.study_id)
+    cache.need(finished_curves=True, live_curves=True)
+
+    read_curves_of: list[list[int]] = []
+    real_read_curves = trial_changes.read_curves
+
+    def counting(conn: Any, trial_ids: Any) -> Any:
+        read_curves_of.append(list(trial_ids))
+        return real_read_curves(conn, trial_ids)
+
+    monkeypatch.setattr(trial_changes, "read_curves", counting)
+    looks = {"n": 0, "compared": 0, "skipped": 0, "resumed": 0}
+    differ: list[int] = []  # trials the cache shows otherwise than a fresh read
+
+    def look_then_train(run: TrialRun) -> TrialOutcome:
+        looks["n"] += 1
+        looks["resumed"] += bool(run.reported)
+        if looks["n"] % 3 == 0:  # a few claims, pauses and resumes between two looks
+            read_curves_of.clear()
+            cache.refresh()
+            read = {i for ids in read_curves_of for i in ids}
+            fresh = TrialCache(open_storage(storage_url), ref.study_id)
+            fresh.need(finished_curves=True, live_curves=True)
+            fresh.refresh()
+            mine = {t._trial_id: t for t in cache.trials()}
+            for trial in fresh.trials():
+                if trial.params:
+                    seen = mine.get(trial._trial_id)
+                    shown = None if seen is None else (seen.state, seen.intermediate_values)
+                    if shown != (trial.state, trial.intermediate_values):
+                        differ.append(trial.number)  # the trial function must not raise
+                    looks["compared"] += 1
+            waiting = {t._trial_id for t in mine.values() if t.state == TrialState.WAITING}
+            looks["skipped"] += len(waiting - read)
+        return curve(run, epoch_s=0.0)
+
+    worker = Worker(storage, ref, run_trial=look_then_train, grace_s=5, progress=False)
+    assert worker.run() == 0
+    assert differ == []
+    assert looks["resumed"] > 0, "no paused trial was resumed: nothing compared"
+    assert looks["compared"] > 20
+    assert looks["skipped"] > 0, "every paused trial's reports were read at every look"
