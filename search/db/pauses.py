@@ -190,38 +190,56 @@ def pass_rung_if_promotable(
     it there (going on at once) and return True; else write nothing and return False (it pauses).
     One statement: the rank and the write together. `RungTable.goes_on`'s rule, in SQL;
     `tests/search/db/test_promotion_rule.py` checks they agree."""
+    nan = math.isnan(value)
+    with storage.autocommit() as conn:
+        written = conn.execute(
+            _pass_rung_statement(conn.dialect.name, maximize, nan),
+            {
+                "trial": claim.trial_id,
+                "level": level,
+                "study": claim.study_id,
+                "bracket": bracket,
+                "value": None if nan else value,
+                "eta": eta,
+            },
+        ).first()
+    return written is not None
+
+
+@functools.cache
+def _pass_rung_statement(dialect: str, maximize: bool, nan: bool) -> Any:
+    """`pass_rung_if_promotable`'s statement, built once (its values are bound parameters)."""
     r = trial_rungs
     others = sa.and_(
-        r.c.study_id == claim.study_id,
-        r.c.bracket == bracket,
-        r.c.level == level,
-        r.c.trial_id != claim.trial_id,
+        r.c.study_id == sa.bindparam("study", type_=sa.Integer),
+        r.c.bracket == sa.bindparam("bracket", type_=sa.Integer),
+        r.c.level == sa.bindparam("level", type_=sa.Integer),
+        r.c.trial_id != sa.bindparam("trial", type_=sa.Integer),
     )
-    if math.isnan(value):
-        better = r.c.value.is_not(None)
+    mine = sa.bindparam("value", type_=sa.Float(53))
+    if nan:
+        better = r.c.value.is_not(None)  # a NaN ranks below every value
+    elif maximize:
+        better = r.c.value > mine
     else:
-        better = r.c.value > value if maximize else r.c.value < value
+        better = r.c.value < mine
     n_better = sa.select(sa.func.count()).where(others, better).scalar_subquery()
     n_others = sa.select(sa.func.count()).where(others).scalar_subquery()
     row = sa.select(
-        sa.literal(claim.trial_id),
-        sa.literal(level),
-        sa.literal(claim.study_id),
-        sa.literal(bracket),
-        sa.literal(None if math.isnan(value) else value, sa.Float(53)),
+        sa.bindparam("trial", type_=sa.Integer),
+        sa.bindparam("level", type_=sa.Integer),
+        sa.bindparam("study", type_=sa.Integer),
+        sa.bindparam("bracket", type_=sa.Integer),
+        mine,
         sa.false(),
-    ).where(n_better < (n_others + 1) // eta)
-    with storage.autocommit() as conn:
-        insert = insert_for(conn.dialect.name, r).from_select(
-            ["trial_id", "level", "study_id", "bracket", "value", "paused"], row
-        )
-        written = conn.execute(
-            insert.on_conflict_do_update(
-                index_elements=[r.c.trial_id, r.c.level],
-                set_={"value": insert.excluded.value, "paused": insert.excluded.paused},
-            ).returning(r.c.trial_id)
-        ).first()
-    return written is not None
+    ).where(n_better < (n_others + 1) // sa.bindparam("eta", type_=sa.Integer))
+    insert = insert_for(dialect, r).from_select(
+        ["trial_id", "level", "study_id", "bracket", "value", "paused"], row
+    )
+    return insert.on_conflict_do_update(
+        index_elements=[r.c.trial_id, r.c.level],
+        set_={"value": insert.excluded.value, "paused": insert.excluded.paused},
+    ).returning(r.c.trial_id)
 
 
 def pause(
