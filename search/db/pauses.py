@@ -327,6 +327,17 @@ def end_waiting(
         if budgets is not None and _stored_budgets(conn, study_id, budgets) != budgets:
             return None
         lock_budget(conn, study_id, exclusive=True)
+        # The paused marks are locked before any trial row, in the order `claim_paused` takes
+        # them (the mark, then the trial): a worker resuming a paused trial as the study ends
+        # either goes first (its trial is RUNNING then, left to it) or finds the mark gone.
+        # Taken the other way round, the two deadlocked (seen with 8 workers on PostgreSQL).
+        paused = set(
+            conn.execute(
+                sa.select(trial_rungs.c.trial_id)
+                .where(trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True))
+                .with_for_update()
+            ).scalars()
+        )
         unstarted = conn.execute(
             sa.update(t)
             .where(
@@ -348,13 +359,6 @@ def end_waiting(
             ):
                 conn.execute(sa.delete(table).where(table.c.trial_id.in_(ids)))
             conn.execute(sa.delete(t).where(t.c.trial_id.in_(ids)))
-        paused = set(
-            conn.execute(
-                sa.select(trial_rungs.c.trial_id).where(
-                    trial_rungs.c.study_id == study_id, trial_rungs.c.paused.is_(True)
-                )
-            ).scalars()
-        )
         ended = conn.execute(
             sa.update(t)
             .where(t.c.study_id == study_id, t.c.state == "WAITING")
