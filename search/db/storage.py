@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_STORAGE",
     "Storage",
     "StorageError",
+    "conflict_kind",
     "engine_kwargs",
     "is_transient",
     "mask_url",
@@ -192,6 +193,26 @@ def mask_url(url: str) -> str:
                 rest = f"{user}:***@{rest[at + 1 :]}"
         url = f"{scheme}://{rest}"
     return _PASSWORD_PARAMETER.sub(r"\1***", url)
+
+
+CONFLICTS = {"40P01": "deadlock", "40001": "serialization conflict"}
+"""PostgreSQL's SQLSTATEs of a transaction it aborted for another's sake: retried, and not an
+outage (the server answered)."""
+
+
+def conflict_kind(exc: BaseException) -> str | None:
+    """ "deadlock" or "serialization conflict" when `exc` (or its cause) is PostgreSQL aborting
+    a transaction in favour of a concurrent one; else None."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        orig = getattr(seen, "orig", None) if isinstance(seen, DBAPIError) else seen
+        kind = CONFLICTS.get(str(getattr(orig, "sqlstate", "") or ""))
+        if kind is not None:
+            return kind
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def is_transient(exc: BaseException) -> bool:

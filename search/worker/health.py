@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from search.db.gone import gone_reason
 from search.db.leases import Claim
-from search.db.storage import Storage, retry
+from search.db.storage import Storage, conflict_kind, retry
 from search.errors import RuntimeFailure, first_line
 from search.study.studies import StudyRef
 
@@ -92,6 +92,11 @@ class DatabaseHealth:
         gone = gone_reason(exc)
         if gone is not None:
             self.give_up(gone)
+            return
+        conflict = conflict_kind(exc)
+        if conflict is not None:
+            # The server answered: it aborted this transaction for a concurrent one's sake.
+            logger.warning("database %s (%s): retrying", conflict, what)
             return
         if self._down_since is None:
             self._down_since = time.monotonic()
