@@ -30,7 +30,7 @@ from psycopg.errors import InsufficientPrivilege, ReadOnlySqlTransaction
 from sqlalchemy.engine import Connection
 
 from search.db.migrate import schema_for
-from search.db.storage import Storage, StorageError
+from search.db.storage import Storage, StorageError, error_chain
 from search.errors import first_line
 
 __all__ = [
@@ -120,16 +120,12 @@ def is_read_only(storage: Storage) -> bool:
 def refused_write(exc: BaseException) -> str | None:
     """One line for an error that is the database refusing this role a write (a viewer role
     running `create`, say), or None for any other error."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
+    for seen in error_chain(exc):
         if isinstance(seen, (InsufficientPrivilege, ReadOnlySqlTransaction)):
             return (
                 f"the database refused: {first_line(seen)}: the storage URL's role may not write "
                 "here (create, worker and delete need the worker role, migrate the owner)"
             )
-        seen = seen.__cause__ or seen.__context__
     return None
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "StorageError",
     "conflict_kind",
     "engine_kwargs",
+    "error_chain",
     "is_transient",
     "mask_url",
     "normalize_url",
@@ -195,6 +196,18 @@ def mask_url(url: str) -> str:
     return _PASSWORD_PARAMETER.sub(r"\1***", url)
 
 
+def error_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from or during (its cause, else its context), up to 8
+    deep: the errors a check of a wrapped database error should look at (Optuna and SQLAlchemy
+    wrap the driver's)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
 CONFLICTS = {"40P01": "deadlock", "40001": "serialization conflict"}
 """PostgreSQL's SQLSTATEs of a transaction it aborted for another's sake: retried, and not an
 outage (the server answered)."""
@@ -203,15 +216,11 @@ outage (the server answered)."""
 def conflict_kind(exc: BaseException) -> str | None:
     """ "deadlock" or "serialization conflict" when `exc` (or its cause) is PostgreSQL aborting
     a transaction in favour of a concurrent one; else None."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        orig = getattr(seen, "orig", None) if isinstance(seen, DBAPIError) else seen
-        kind = CONFLICTS.get(str(getattr(orig, "sqlstate", "") or ""))
+    for seen in error_chain(exc):
+        driver = seen.orig if isinstance(seen, DBAPIError) else seen
+        kind = CONFLICTS.get(str(getattr(driver, "sqlstate", "") or ""))
         if kind is not None:
             return kind
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
@@ -220,16 +229,11 @@ def is_transient(exc: BaseException) -> bool:
 
     Optuna wraps driver errors in its own exceptions; the cause chain is searched too.
     """
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, (OperationalError, ConnectionError, TimeoutError)):
-            return True
-        if isinstance(seen, DBAPIError) and seen.connection_invalidated:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(
+        isinstance(seen, (OperationalError, ConnectionError, TimeoutError))
+        or (isinstance(seen, DBAPIError) and seen.connection_invalidated)
+        for seen in error_chain(exc)
+    )
 
 
 @dataclass
