@@ -373,6 +373,10 @@ class TrialCache:
             known = self._trials.get(r.trial_id)
             if known is not None and known.state.is_finished():
                 continue  # read again by a slower refresh: finished trials never change
+            if state.is_finished():
+                self._leases.pop(r.trial_id, None)
+            elif r.trial_id in read.leases:  # its reports were read with this lease
+                self._leases[r.trial_id] = read.leases[r.trial_id]
             local = self._local.get(r.trial_id, {})
             if r.trial_id in read.whole:
                 params, dists = read.params.get(r.trial_id, ({}, {}))
@@ -402,8 +406,6 @@ class TrialCache:
                     and curve == known.intermediate_values
                 ):
                     self._cursor.saw(r.trial_id, state)
-                    if r.trial_id in read.leases:
-                        self._leases[r.trial_id] = read.leases[r.trial_id]
                     continue  # most unfinished trials have not changed since the last look
                 trial = copy.copy(known)
                 trial.state = state
@@ -412,10 +414,6 @@ class TrialCache:
             self._trials[r.trial_id] = trial
             self._cursor.saw(r.trial_id, state)
             self._logged(r.trial_id)
-            if state.is_finished():
-                self._leases.pop(r.trial_id, None)
-            elif r.trial_id in read.leases:
-                self._leases[r.trial_id] = read.leases[r.trial_id]
             changed += 1
             for listener in self._listeners:
                 for key, value in trial.system_attrs.items():
@@ -513,10 +511,11 @@ def _read_changes(
         or (live_curves and _live_curve_changed(r, known.get(r.trial_id), r.trial_id in whole))
     ]
     if live_curves:
+        read_curve = set(curved)
         out.leases = {
             r.trial_id: (r.generation, r.epoch)
             for r in rows
-            if r.trial_id in curved and not STATES[r.state].is_finished()
+            if r.trial_id in read_curve and not STATES[r.state].is_finished()
         }
     if curved:
         for trial_id, step, value, kind in read_curves(conn, sorted(curved)):
