@@ -171,4 +171,9 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("optuna").setLevel(logging.WARNING)
     for noisy in ("alembic", "sqlalchemy", "accelerate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not verbose:
+        # When the database cuts a connection mid-statement, SQLAlchemy's pool logs a traceback
+        # as it fails to roll the connection back; the worker has already said it in one line
+        # ("database unreachable (...)" or "the database does not exist"). --verbose shows it.
+        logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
     warnings.filterwarnings("ignore", module="optuna")

@@ -299,3 +299,44 @@ def test_commands_that_train_nothing_never_load_torch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+_CUT_CONNECTION = """
+import sqlalchemy as sa
+from search.commands.cli import _setup_logging
+
+
+class Cut:
+    # A DBAPI connection the database cut in the middle of a pipeline (psycopg, CI): rolling
+    # it back fails with an error SQLAlchemy does not take for a disconnect.
+    def rollback(self):
+        raise RuntimeError("cannot exit pipeline mode while busy")
+
+    def close(self):
+        pass
+
+
+_setup_logging({verbose})
+pool = sa.pool.QueuePool(Cut, pool_size=1)
+pool.connect().close()  # returned to the pool: SQLAlchemy's pool rolls it back, and fails
+print("returned")
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_connection_the_pool_cannot_roll_back_prints_no_traceback(verbose: bool) -> None:
+    """A worker whose database went away mid-statement says so in one line of its own; the
+    traceback SQLAlchemy's pool logs as it fails to roll the cut connection back is shown only
+    with --verbose (a CI run saw it in a worker's log when its database was renamed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CUT_CONNECTION.format(verbose=verbose)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "returned", done.stderr
+    if verbose:
+        assert "Exception during reset" in done.stderr and "Traceback" in done.stderr, done.stderr
+    else:
+        assert done.stderr == "", done.stderr
