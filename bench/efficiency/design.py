@@ -124,8 +124,12 @@ def library_versions() -> str:
     """The versions of the libraries whose arithmetic makes a study: the same code under
     another optuna, numpy or onnxruntime (the surrogate) need not give the same trials (seen:
     a study cached under one environment diverged from its rerun under another after a few
-    dozen trials), so they are part of the cache key."""
+    dozen trials), so they are part of the cache key; so is the SIMD NumPy's float64 math uses
+    on this CPU (`bench.efficiency.numerics`; named only where it uses some, so the keys of
+    studies made without it stay what they were)."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from bench.efficiency.numerics import numpy_simd
 
     out = []
     for lib in ("optuna", "numpy", "scipy", "onnxruntime"):
@@ -133,6 +137,8 @@ def library_versions() -> str:
             out.append(f"{lib} {version(lib)}")
         except PackageNotFoundError:
             out.append(f"{lib} -")
+    if numpy_simd():
+        out.append(f"numpy SIMD {numpy_simd()}")
     return "; ".join(out)
 
 

@@ -253,7 +253,8 @@ CODE: dict[str, tuple[str, ...]] = {
     ),
 }
 """The files that decide a strategy family's result, hashed into its cache key (with the
-installed optuna's version, and smac's for smac-mf)."""
+installed optuna's version, smac's for smac-mf, and the SIMD NumPy's float64 math uses on this
+CPU where it uses any: bench/efficiency/numerics.py)."""
 
 _CODE_HASHES: dict[str, str] = {}
 
@@ -275,7 +276,12 @@ def code_version(family: str) -> str:
 
         import optuna
 
+        from bench.efficiency.numerics import numpy_simd
+
         h = hashlib.sha256(f"optuna {optuna.__version__}\n".encode())
+        simd = numpy_simd()  # named only where NumPy uses it: older keys stay valid elsewhere
+        if simd:
+            h.update(f"numpy SIMD {simd}\n".encode())
         if family == "smac-mf":
             from bench.efficiency.smac_mf import SMAC_VERSION
 

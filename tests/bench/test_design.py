@@ -69,6 +69,53 @@ def test_a_cached_study_is_not_reused_under_other_library_versions(
     assert design.cache_key("random", "3945", 0, 5000, "val_accuracy") != here
 
 
+def test_a_cached_study_is_not_reused_on_a_cpu_whose_numpy_math_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NumPy's AVX512 exp and log differ from the C library's in the last bit, and the same
+    code, libraries and seed gave other trials on such a CPU: both benches' cache keys name
+    it, and only it (a key made without it stays what it was)."""
+    from bench.efficiency import design, numerics, runner
+    from bench.efficiency.runner import Job, _cache_key
+
+    job = Job("lcbench", "3945", "default", 0, 5000, 1, None, None, 0.002)
+
+    def keys(simd: str) -> tuple[str, str, str]:
+        monkeypatch.setattr(numerics, "numpy_simd", lambda: simd)
+        monkeypatch.setattr(runner, "_CODE_HASHES", {})
+        return (
+            design.cache_key("default", "3945", 0, 5000, "val_accuracy"),
+            design.library_versions(),
+            _cache_key(job),
+        )
+
+    plain, avx512 = keys(""), keys("AVX512F")
+    assert all(a != b for a, b in zip(plain, avx512, strict=True))
+    assert "SIMD" not in plain[1] and avx512[1].endswith("; numpy SIMD AVX512F")
+
+
+def test_numpy_simd_is_what_numpy_dispatches_to_and_off_when_switched_off() -> None:
+    """`numpy_simd` reads NumPy's own dispatch: off in a process started with NumPy's AVX512
+    switched off (how this machine reproduces studies cached on a CPU without it)."""
+    from numpy.core._multiarray_umath import __cpu_features__
+
+    from bench.efficiency.numerics import FEATURES, numpy_simd
+
+    assert numpy_simd() == " ".join(f for f in FEATURES if __cpu_features__.get(f))
+    off = " ".join(f for f, on in __cpu_features__.items() if on and f.startswith("AVX512"))
+    code = "from bench.efficiency.numerics import numpy_simd; print(repr(numpy_simd()))"
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": off}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "''"
+
+
 def test_no_worse_than_plain_tpe_means_half_a_point_in_every_metric_s_own_units() -> None:
     """The issue's 0.5 points are of accuracy in percent: balanced accuracy is a fraction (0.5
     would pass anything), cross-entropy has no points (half a percent of plain TPE's)."""
