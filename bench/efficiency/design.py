@@ -137,8 +137,9 @@ def library_versions() -> str:
             out.append(f"{lib} {version(lib)}")
         except PackageNotFoundError:
             out.append(f"{lib} -")
-    if numpy_simd():
-        out.append(f"numpy SIMD {numpy_simd()}")
+    simd = numpy_simd()
+    if simd:
+        out.append(f"numpy SIMD {simd}")
     return "; ".join(out)
 
 
