@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from bench.efficiency.stats import Run, epochs_to, speedup
+from bench.stamp import append_line, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -84,6 +85,11 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "real": True,
         "bound": {"best": 30, "recent": 100, "start": 150},
     },
+    # The default on another ASHA schedule (`run_schedule`): rungs 1, 4, 16 (eta 4); 1, 2, 4, 8,
+    # 16, 32 (eta 2); 2, 6, 18 (min 2).
+    "eta4": {"kind": "asha", "real": True, "schedule": {"eta": 4}},
+    "eta2": {"kind": "asha", "real": True, "schedule": {"eta": 2}},
+    "min2": {"kind": "asha", "real": True, "schedule": {"min_resource": 2}},
 }
 
 CODE = {
@@ -152,6 +158,11 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
 
         good = hashlib.sha256(inspect.getsource(good_set).encode()).hexdigest()[:8]
         version = f"{version}+{good}"
+    if spec.get("schedule"):  # another ASHA schedule: its code too (not in every key)
+        import inspect
+
+        code = hashlib.sha256(inspect.getsource(run_schedule).encode()).hexdigest()[:8]
+        version = f"{version}+{code}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -259,10 +270,32 @@ def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data:
     return asha_study(curve_of, sampler, budget, seed, adapt=spec.get("adapt"))
 
 
+def run_schedule(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """The default (as `run_one` runs it) on another ASHA schedule: the strategy's
+    ``schedule`` holds `asha_study`'s ``eta`` and ``min_resource``."""
+    import optuna
+
+    from bench.efficiency.simulate import asha_study
+    from bench.efficiency.variants import make_variant
+    from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
+    from search.sampling.multifidelity import MIN_POINTS
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    curve_of = _bench(instance, metric, data).curve
+    tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
+    sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
+    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
+    return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **STRATEGIES[name]["schedule"])
+
+
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
     name, instance, seed, budget, metric, data, key = args
     t0 = time.perf_counter()
-    run = run_one(name, instance, seed, budget, metric, data)
+    study = run_schedule if STRATEGIES[name].get("schedule") else run_one
+    run = study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
         "epochs": run.epochs,
@@ -401,8 +434,7 @@ def _run(
     with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open(args.cache, "a") as fh:
         for i, (key, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=1)):
             cached[key] = {"key": key, **row}
-            fh.write(json.dumps({"key": key, **row}) + "\n")
-            fh.flush()
+            append_line(fh, {"key": key, **row})  # stamped: commit, command, date, load
             if (i + 1) % 10 == 0:
                 print(f"  {i + 1}/{len(jobs)} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
@@ -488,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"\n{time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
+        write_json(args.json, json.loads(json.dumps(out, default=str)))  # stamped
     return 0
 
 

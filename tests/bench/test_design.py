@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,23 @@ def test_no_worse_than_plain_tpe_means_half_a_point_in_every_metric_s_own_units(
     assert tpe_tolerance("val_accuracy", 91.0) == 0.5
     assert tpe_tolerance("val_balanced_accuracy", 0.91) == 0.005
     assert tpe_tolerance("val_cross_entropy", -0.8) == pytest.approx(0.004)
+
+
+@needs_data
+def test_the_suite_s_summary_and_each_cached_study_say_what_made_them(tmp_path: Path) -> None:
+    cache, summary = tmp_path / "cache.jsonl", tmp_path / "summary.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "YAHPO_DATA": str(DATA)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.efficiency.design", "--instances", "3945", "--seeds", "2",
+         "--strategies", "random,optuna-tpe", "--budget-epochs", "60", "--jobs", "1",
+         "--cache", str(cache), "--json", str(summary)],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in cache.read_text().splitlines()]
+    written = json.loads(summary.read_text())
+    assert len(rows) == 4 and all(row["seconds"] > 0 for row in rows)
+    for made in (written["made"], *(row["made"] for row in rows)):
+        assert "bench.efficiency.design" in made["command"] and made["commit"]
+        assert len(made["load"]) == 3
+    assert written["per_instance"]["3945"]["target"] > 50  # random search's mean final, in %
