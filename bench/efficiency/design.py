@@ -85,10 +85,9 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "real": True,
         "bound": {"best": 30, "recent": 100, "start": 150},
     },
-    # The default on another ASHA schedule (`run_schedule`): rungs 1, 4, 16 (eta 4); 1, 2, 4, 8,
-    # 16, 32 (eta 2); 2, 6, 18 (min 2).
+    # The default on another ASHA schedule (`run_schedule`): rungs 1, 4, 16 (eta 4); 2, 6, 18
+    # (min 2).
     "eta4": {"kind": "asha", "real": True, "schedule": {"eta": 4}},
-    "eta2": {"kind": "asha", "real": True, "schedule": {"eta": 2}},
     "min2": {"kind": "asha", "real": True, "schedule": {"min_resource": 2}},
 }
 
@@ -153,17 +152,18 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
     settings = json.dumps(STRATEGIES[name], sort_keys=True)
     spec = STRATEGIES[name]
     version = code_version(spec["kind"], bool(spec.get("adapt") or spec.get("real")))
-    if spec.get("good"):  # a candidate good set: its code too (not in every key)
-        import inspect
-
-        good = hashlib.sha256(inspect.getsource(good_set).encode()).hexdigest()[:8]
-        version = f"{version}+{good}"
-    if spec.get("schedule"):  # another ASHA schedule: its code too (not in every key)
-        import inspect
-
-        code = hashlib.sha256(inspect.getsource(run_schedule).encode()).hexdigest()[:8]
-        version = f"{version}+{code}"
+    # A candidate's own code, only in its keys: a good set; another ASHA schedule.
+    for part, fn in (("good", good_set), ("schedule", run_schedule)):
+        if spec.get(part):
+            version = f"{version}+{_source_hash(fn)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
+
+
+def _source_hash(fn: Any) -> str:
+    """A short hash of a function's source."""
+    import inspect
+
+    return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:8]
 
 
 _BENCHES: dict[tuple[str, str], Any] = {}
