@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import optuna
 import pytest
 import sqlalchemy as sa
 
+from search.pruning.pruners import HyperbandPruner
 from tests.helpers import REPO
 from tests.helpers.cli import cli_on_a_terminal, count_studies, hpsearch
 from tests.helpers.configs import write_config
@@ -34,9 +36,31 @@ PROVENANCE = {
 }
 
 
+def _name_whose_first_trials_share_a_bracket(base: str, n: int) -> str:
+    """A study name (`base` and a suffix) whose trials 0..n-1 are all in Hyperband's most
+    aggressive bracket under `SMALL`'s pruner: Optuna draws a trial's bracket from a hash of the
+    study name and the trial number, so a name drawn at random puts 0-8 of 10 trials where
+    they can be pruned."""
+    pruner = HyperbandPruner(min_resource=1, max_resource=4, reduction_factor=2)
+    for i in itertools.count():
+        name = f"{base}-{i}"
+        study = optuna.create_study(study_name=name)
+        if all(pruner.bracket_of(study, number) == 0 for number in range(n)):
+            return name
+    raise AssertionError("unreachable")
+
+
 @pytest.mark.slow
 def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path: Path) -> None:
+    # Trials 0 and 1 (good) run first, one on each worker; trial 2 (a learning rate that
+    # learns nothing in an epoch) starts when one of them has ended, so it reaches the first
+    # rung behind a better value of its bracket, recorded by the other worker: it is pruned
+    # there, whatever the timing of the two workers.
+    study_name = _name_whose_first_trials_share_a_bracket(study_name, 3)
     config = write_config(tmp_path, study_name, n_trials=10)
+    good = "[[study.enqueue]]\nlr = 0.05\nwidth = 24\nbatch_size = 64\n"
+    bad = "[[study.enqueue]]\nlr = 0.0001\nwidth = 4\nbatch_size = 128\n"
+    config.write_text(config.read_text() + good + good + bad)
     done = hpsearch("run", str(config), "--workers", "2", "--storage", pg_url, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "best: trial" in done.stdout
@@ -58,6 +82,7 @@ def test_run_with_two_workers_on_postgres(pg_url: str, study_name: str, tmp_path
     )
     assert reported["running"] == reported["waiting"] == 0
     assert states["COMPLETE"] >= 1 and states["PRUNED"] >= 1 and states["FAIL"] == 0
+    assert study.trials[2].state.name == "PRUNED"
     best = study.best_trial
     assert reported["best"] == {"number": best.number, "value": best.value, "params": best.params}
     assert 0.5 < best.value <= 1.0  # digits accuracy: it really trained
