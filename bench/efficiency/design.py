@@ -89,6 +89,11 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # (min 2).
     "eta4": {"kind": "asha", "real": True, "schedule": {"eta": 4}},
     "min2": {"kind": "asha", "real": True, "schedule": {"min_resource": 2}},
+    # Hyperband with promotion: some trials start at rung 3 (bracket 1) or 9 (bracket 2),
+    # ranked only against their bracket, so a configuration that starts slowly is not judged
+    # after one epoch (no rung rule: it adapts one bracket only).
+    "hb2": {"kind": "asha", "real": True, "schedule": {"brackets": 2}},
+    "hb3": {"kind": "asha", "real": True, "schedule": {"brackets": 3}},
 }
 
 CODE = {

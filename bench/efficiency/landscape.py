@@ -1,0 +1,121 @@
+"""Where early epochs mislead on LCBench, measured on random configurations, not on a search.
+
+For each instance, `--configs` configurations drawn uniformly from LCBench's space (the same
+draw as `design.random_config`, seed 0) are read through the surrogate at every epoch. Per
+ASHA rung (1, 3, 9, 27 epochs; eta 3) it prints:
+
+- ``rho``: Spearman's rank correlation of the values at the rung with the final values (all
+  configurations): how well the rung ranks configurations overall;
+- ``rule``: the statistic `search/pruning/adaptive.py` acts on, as the study would see it:
+  among the configurations in the top third at this rung (the ones ASHA promotes), the rank
+  correlation of their values here and at the next rung;
+- ``best``: where the configurations with the best `--best` finals rank at the rung: the
+  median share of configurations that are better there (0.00: at the top; above 0.67 = 1 -
+  1/eta: ASHA's first rung would not promote them, drawn at random).
+
+An instance whose best finals sit below the top third at the first rungs (``best`` > 0.33) is
+one where ASHA throws away the configurations that would have won when the sampler proposes
+them, however well the rung ranks the rest; ``rule`` there can be as high as on an instance
+where the rungs hold, since the statistic only sees configurations that were promoted.
+
+    python -m bench.efficiency.landscape                     # the 24 development instances
+    python -m bench.efficiency.landscape --instances 189862,189906 --configs 1000 --json out.json
+
+Only the development instances may be run (`design.DEV`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+from bench.efficiency.design import DEV, random_config
+from bench.stamp import write_json
+from search.pruning.adaptive import spearman
+
+RUNGS = (1, 3, 9, 27)
+ETA = 3
+
+
+def landscape(
+    curves: np.ndarray, *, best: int = 6, rungs: tuple[int, ...] = RUNGS, eta: int = ETA
+) -> dict[str, dict[str, float]]:
+    """Per rung (epochs), ``rho``, ``rule`` and ``best`` (the module's docstring) for
+    `curves`: one row per configuration, one column per epoch, higher is better.
+
+    The first configuration starts worst and ends best; the rest keep their order:
+
+    >>> curves = np.array([[1, 1, 1, 9], [2, 2, 2, 2], [3, 3, 3, 3], [4, 4, 4, 4], [5, 5, 5, 5]])
+    >>> landscape(curves, best=1, rungs=(1, 2), eta=2)["1"]
+    {'rho': 0.0, 'rule': 1.0, 'best': 0.8}
+    """
+    final = curves[:, -1]
+    top_final = np.argsort(-final, kind="stable")[:best]
+    out: dict[str, dict[str, float]] = {}
+    for i, rung in enumerate(rungs):
+        here = curves[:, rung - 1]
+        above = curves[:, (rungs[i + 1] if i + 1 < len(rungs) else curves.shape[1]) - 1]
+        promoted = here >= np.quantile(here, 1 - 1 / eta)
+        share_better = [float((here > here[j]).mean()) for j in top_final]
+        out[str(rung)] = {
+            "rho": round(spearman(here.tolist(), final.tolist()), 2),
+            "rule": round(spearman(here[promoted].tolist(), above[promoted].tolist()), 2),
+            "best": round(statistics.median(share_better), 2),
+        }
+    return out
+
+
+def instance_curves(instance: str, configs: int, data: str | None, metric: str) -> np.ndarray:
+    """`configs` random configurations' curves on an LCBench instance (higher is better)."""
+    from bench.efficiency.lcbench import LCBench
+
+    bench = LCBench(instance, data, metric=metric)
+    rng = np.random.default_rng(0)
+    return np.array([bench.curve(random_config(rng)).accuracy for _ in range(configs)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", default=",".join(DEV))
+    parser.add_argument("--configs", type=int, default=600)
+    parser.add_argument("--best", type=int, default=6, help="the best finals followed")
+    parser.add_argument(
+        "--metric",
+        default="val_accuracy",
+        choices=["val_accuracy", "val_balanced_accuracy", "val_cross_entropy"],
+    )
+    parser.add_argument("--data", default=None, help="YAHPO data (default $YAHPO_DATA)")
+    parser.add_argument("--json", default=None, help="write the table here")
+    args = parser.parse_args(argv)
+    instances = args.instances.split(",")
+    bad = [i for i in instances if i not in DEV]
+    if bad:
+        parser.error(f"not a development instance (the test set is not run): {','.join(bad)}")
+    if args.configs < 2 * ETA or not 1 <= args.best <= args.configs:
+        parser.error("--configs must be at least 6 and --best between 1 and --configs")
+    warnings.simplefilter("ignore")
+    head = " | ".join(f"{r}: rho / rule / best" for r in RUNGS)
+    print(f"| instance | {head} |", flush=True)
+    print("| --- |" + " --- |" * len(RUNGS), flush=True)
+    table: dict[str, Any] = {}
+    for instance in instances:
+        curves = instance_curves(instance, args.configs, args.data, args.metric)
+        table[instance] = row = landscape(curves, best=args.best)
+        cells = " | ".join(
+            f"{row[str(r)]['rho']:.2f} / {row[str(r)]['rule']:.2f} / {row[str(r)]['best']:.2f}"
+            for r in RUNGS
+        )
+        print(f"| {instance} | {cells} |", flush=True)
+    if args.json:
+        settings = {"configs": args.configs, "best": args.best, "metric": args.metric}
+        write_json(args.json, {"settings": settings, "instances": table})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
