@@ -13,6 +13,9 @@ ASHA rung (1, 3, 9, 27 epochs; eta 3) it prints:
   median share of configurations that are better there (0.00: at the top; above 0.67 = 1 -
   1/eta: ASHA's first rung would not promote them, drawn at random).
 
+For rungs 1 and 3, `probe_recall`: whether a handful of trials trained past them without
+pausing (12, to rung 9) could tell that the rung loses the best configurations.
+
 An instance whose best finals sit below the top third at the first rungs (``best`` > 0.33) is
 one where ASHA throws away the configurations that would have won when the sampler proposes
 them, however well the rung ranks the rest; ``rule`` there can be as high as on an instance
@@ -70,6 +73,46 @@ def landscape(
     return out
 
 
+def probe_recall(
+    curves: np.ndarray,
+    rung: int,
+    *,
+    reference: int = 9,
+    probes: int = 12,
+    draws: int = 400,
+    eta: int = ETA,
+    seed: int = 1,
+) -> dict[str, float]:
+    """Whether a few unpaused trials could tell that `rung` throws away the best: ``recall``,
+    the share of the top 1/eta at epoch `reference` (all configurations) that rung `rung`
+    would promote (top 1/eta there); ``final``, the same for the top 1/(eta**2) of the finals;
+    ``alarm``, how often `probes` configurations drawn at random, trained to `reference` without
+    pausing, would see fewer than half of their own top 1/eta promoted at `rung` (`draws`
+    draws), the signal such a rule would act on.
+
+    >>> curves = np.array([[c, c, c, c] for c in range(9)], dtype=float)   # the order holds
+    >>> probe_recall(curves, 1, reference=3, probes=9, draws=10)
+    {'recall': 1.0, 'final': 1.0, 'alarm': 0.0}
+    """
+    here = curves[:, rung - 1]
+    promoted = here >= np.quantile(here, 1 - 1 / eta)
+    ref = curves[:, reference - 1]
+    final = curves[:, -1]
+    top_ref = ref >= np.quantile(ref, 1 - 1 / eta)
+    top_final = final >= np.quantile(final, 1 - 1 / eta**2)
+    rng = np.random.default_rng(seed)
+    alarms = 0
+    for _ in range(draws):
+        drawn = rng.choice(len(curves), probes, replace=False)
+        best = drawn[np.argsort(-ref[drawn], kind="stable")[: max(1, probes // eta)]]
+        alarms += bool(promoted[best].mean() < 0.5)
+    return {
+        "recall": round(float(promoted[top_ref].mean()), 2),
+        "final": round(float(promoted[top_final].mean()), 2),
+        "alarm": round(alarms / draws, 2),
+    }
+
+
 def instance_curves(instance: str, configs: int, data: str | None, metric: str) -> np.ndarray:
     """`configs` random configurations' curves on an LCBench instance (higher is better)."""
     from bench.efficiency.lcbench import LCBench
@@ -100,17 +143,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--configs must be at least 6 and --best between 1 and --configs")
     warnings.simplefilter("ignore")
     head = " | ".join(f"{r}: rho / rule / best" for r in RUNGS)
-    print(f"| instance | {head} |", flush=True)
-    print("| --- |" + " --- |" * len(RUNGS), flush=True)
+    probes = " | ".join(f"{r}: recall / final / alarm" for r in (1, 3))
+    print(f"| instance | {head} | {probes} |", flush=True)
+    print("| --- |" + " --- |" * (len(RUNGS) + 2), flush=True)
     table: dict[str, Any] = {}
     for instance in instances:
         curves = instance_curves(instance, args.configs, args.data, args.metric)
         table[instance] = row = landscape(curves, best=args.best)
+        for rung in (1, 3):
+            row[str(rung)]["probes"] = probe_recall(curves, rung)
         cells = " | ".join(
             f"{row[str(r)]['rho']:.2f} / {row[str(r)]['rule']:.2f} / {row[str(r)]['best']:.2f}"
             for r in RUNGS
         )
-        print(f"| {instance} | {cells} |", flush=True)
+        probes = " | ".join(
+            "{recall:.2f} / {final:.2f} / {alarm:.2f}".format(**row[str(r)]["probes"])
+            for r in (1, 3)
+        )
+        print(f"| {instance} | {cells} | {probes} |", flush=True)
     if args.json:
         settings = {"configs": args.configs, "best": args.best, "metric": args.metric}
         write_json(args.json, {"settings": settings, "instances": table})

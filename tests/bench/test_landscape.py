@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.efficiency.landscape import landscape
+from bench.efficiency.landscape import landscape, probe_recall
 from tests.bench.test_efficiency import DATA, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +35,10 @@ def test_a_late_bloomer_is_seen_where_the_rule_s_statistic_sees_nothing() -> Non
     # Among the promoted top third, every rung ranks as the next: the rule would keep them.
     assert row["1"]["rule"] == row["3"]["rule"] == 1.0
     assert row["1"]["rho"] < 1.0
+    # Trials trained to epoch 9 without pausing see nothing either: the late bloomer is only
+    # among the best finals (3 of the top 4 would be promoted at rung 1).
+    probes = probe_recall(curves, 1, reference=9)
+    assert probes["recall"] == 1.0 and probes["final"] == 0.75 and probes["alarm"] < 0.1
 
 
 def test_the_test_set_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
