@@ -94,6 +94,13 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # after one epoch (no rung rule: it adapts one bracket only).
     "hb2": {"kind": "asha", "real": True, "schedule": {"brackets": 2}},
     "hb3": {"kind": "asha", "real": True, "schedule": {"brackets": 3}},
+    # The default ranking trials at rungs 3, 9 and 27 by a learning curve's extrapolation:
+    # the value there plus `extrapolate` times its gain since the rung before (`run_extrapolated`).
+    "lc05": {"kind": "asha", "real": True, "extrapolate": 0.5},
+    "lc1": {"kind": "asha", "real": True, "extrapolate": 1.0},
+    "lc025": {"kind": "asha", "real": True, "extrapolate": 0.25},
+    # ... at rung 3 only (9 and 27 ranked on their own values).
+    "lc05-3": {"kind": "asha", "real": True, "extrapolate": 0.5, "extrapolate_at": [3]},
 }
 
 CODE = {
@@ -158,7 +165,11 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
     spec = STRATEGIES[name]
     version = code_version(spec["kind"], bool(spec.get("adapt") or spec.get("real")))
     # A candidate's own code, only in its keys: a good set; another ASHA schedule.
-    for part, fn in (("good", good_set), ("schedule", run_schedule)):
+    for part, fn in (
+        ("good", good_set),
+        ("schedule", run_schedule),
+        ("extrapolate", run_extrapolated),
+    ):
         if spec.get(part):
             version = f"{version}+{_source_hash(fn)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
@@ -296,10 +307,50 @@ def run_schedule(
     return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **STRATEGIES[name]["schedule"])
 
 
+def run_extrapolated(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """The default (as `run_one` runs it), its rung values at 3, 9 and 27 epochs replaced by
+    the value plus ``extrapolate`` x the gain since the rung before (a straight line in log
+    epochs, damped): ASHA promotes, the rung rule judges and TPE fits on that score; a
+    fully trained trial's value is its own."""
+    import optuna
+
+    from bench.efficiency.lcbench import Curve
+    from bench.efficiency.simulate import asha_study
+    from bench.efficiency.variants import make_variant
+    from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
+    from search.sampling.multifidelity import MIN_POINTS
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    base = _bench(instance, metric, data).curve
+    weight = STRATEGIES[name]["extrapolate"]
+
+    def curve_of(params: dict[str, Any]) -> Curve:
+        curve = base(params)
+        values = list(curve.values)
+        for level in sorted(STRATEGIES[name].get("extrapolate_at", (3, 9, 27)), reverse=True):
+            values[level - 1] += weight * (values[level - 1] - values[level // 3 - 1])
+        return Curve(tuple(values), curve.seconds, curve.maximize)
+
+    tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
+    sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
+    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
+    return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
+
+
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
     name, instance, seed, budget, metric, data, key = args
     t0 = time.perf_counter()
-    study = run_schedule if STRATEGIES[name].get("schedule") else run_one
+    spec = STRATEGIES[name]
+    study = (
+        run_schedule
+        if spec.get("schedule")
+        else run_extrapolated
+        if spec.get("extrapolate")
+        else run_one
+    )
     run = study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
