@@ -101,6 +101,9 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "lc025": {"kind": "asha", "real": True, "extrapolate": 0.25},
     # ... at rung 3 only (9 and 27 ranked on their own values).
     "lc05-3": {"kind": "asha", "real": True, "extrapolate": 0.5, "extrapolate_at": [3]},
+    # The default with a tenth of its trials drawn at random (BOHB's safeguard, by a hash of
+    # the trial number; `run_random_fraction`): against a model that commits early.
+    "rf10": {"kind": "asha", "real": True, "random_share": 0.1},
 }
 
 CODE = {
@@ -169,6 +172,7 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         ("good", good_set),
         ("schedule", run_schedule),
         ("extrapolate", run_extrapolated),
+        ("random_share", run_random_fraction),
     ):
         if spec.get(part):
             version = f"{version}+{_source_hash(fn)}"
@@ -340,6 +344,29 @@ def run_extrapolated(
     return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
 
 
+def run_random_fraction(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """The default (as `run_one` runs it) with the strategy's ``random_share`` of trials
+    drawn uniformly at random (`variants.RandomFraction`); they are ranked at the rungs and
+    seen by TPE like the others."""
+    import optuna
+
+    from bench.efficiency.simulate import asha_study
+    from bench.efficiency.variants import RandomFraction, make_variant
+    from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
+    from search.sampling.multifidelity import MIN_POINTS
+
+    warnings.simplefilter("ignore")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    curve_of = _bench(instance, metric, data).curve
+    tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
+    sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
+    sampler = RandomFraction(sampler, seed, STRATEGIES[name]["random_share"])
+    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
+    return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
+
+
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
     name, instance, seed, budget, metric, data, key = args
     t0 = time.perf_counter()
@@ -349,6 +376,8 @@ def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, di
         if spec.get("schedule")
         else run_extrapolated
         if spec.get("extrapolate")
+        else run_random_fraction
+        if spec.get("random_share")
         else run_one
     )
     run = study(name, instance, seed, budget, metric, data)
