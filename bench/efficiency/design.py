@@ -85,7 +85,7 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "real": True,
         "bound": {"best": 30, "recent": 100, "start": 150},
     },
-    # The default on another ASHA schedule (`run_schedule`): rungs 1, 4, 16 (eta 4); 2, 6, 18
+    # The default on another ASHA schedule (`run_candidate`): rungs 1, 4, 16 (eta 4); 2, 6, 18
     # (min 2).
     "eta4": {"kind": "asha", "real": True, "schedule": {"eta": 4}},
     "min2": {"kind": "asha", "real": True, "schedule": {"min_resource": 2}},
@@ -95,16 +95,19 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "hb2": {"kind": "asha", "real": True, "schedule": {"brackets": 2}},
     "hb3": {"kind": "asha", "real": True, "schedule": {"brackets": 3}},
     # The default ranking trials at rungs 3, 9 and 27 by a learning curve's extrapolation:
-    # the value there plus `extrapolate` times its gain since the rung before (`run_extrapolated`).
+    # the value there plus `extrapolate` times its gain since the rung before (`run_candidate`).
     "lc05": {"kind": "asha", "real": True, "extrapolate": 0.5},
     "lc1": {"kind": "asha", "real": True, "extrapolate": 1.0},
     "lc025": {"kind": "asha", "real": True, "extrapolate": 0.25},
     # ... at rung 3 only (9 and 27 ranked on their own values).
     "lc05-3": {"kind": "asha", "real": True, "extrapolate": 0.5, "extrapolate_at": [3]},
     # The default with a tenth of its trials drawn at random (BOHB's safeguard, by a hash of
-    # the trial number; `run_random_fraction`): against a model that commits early.
+    # the trial number; `run_candidate`): against a model that commits early.
     "rf10": {"kind": "asha", "real": True, "random_share": 0.1},
 }
+
+CHANGES = ("schedule", "extrapolate", "random_share")
+"""The changes to the default `run_candidate` makes (keys of a strategy's spec)."""
 
 CODE = {
     "optuna": ["bench/efficiency/simulate.py", "bench/efficiency/lcbench.py"],
@@ -167,15 +170,11 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
     settings = json.dumps(STRATEGIES[name], sort_keys=True)
     spec = STRATEGIES[name]
     version = code_version(spec["kind"], bool(spec.get("adapt") or spec.get("real")))
-    # A candidate's own code, only in its keys: a good set; another ASHA schedule.
-    for part, fn in (
-        ("good", good_set),
-        ("schedule", run_schedule),
-        ("extrapolate", run_extrapolated),
-        ("random_share", run_random_fraction),
-    ):
-        if spec.get(part):
-            version = f"{version}+{_source_hash(fn)}"
+    # A candidate's own code, only in its keys: a good set (`run_one`); `run_candidate`.
+    if spec.get("good"):
+        version = f"{version}+{_source_hash(good_set)}"
+    if any(spec.get(change) for change in CHANGES):
+        version = f"{version}+{_source_hash(run_candidate)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -290,68 +289,23 @@ def run_one(name: str, instance: str, seed: int, budget: int, metric: str, data:
     return asha_study(curve_of, sampler, budget, seed, adapt=spec.get("adapt"))
 
 
-def run_schedule(
+def run_candidate(
     name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
 ) -> Run:
-    """The default (as `run_one` runs it) on another ASHA schedule: the strategy's
-    ``schedule`` holds `asha_study`'s ``eta`` and ``min_resource``."""
-    import optuna
+    """The default (as `run_one` runs it) with the changes the strategy's spec names (`CHANGES`):
 
-    from bench.efficiency.simulate import asha_study
-    from bench.efficiency.variants import make_variant
-    from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
-    from search.sampling.multifidelity import MIN_POINTS
-
-    warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    curve_of = _bench(instance, metric, data).curve
-    tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
-    sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
-    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
-    return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **STRATEGIES[name]["schedule"])
-
-
-def run_extrapolated(
-    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
-) -> Run:
-    """The default (as `run_one` runs it), its rung values at 3, 9 and 27 epochs replaced by
-    the value plus ``extrapolate`` x the gain since the rung before (a straight line in log
-    epochs, damped): ASHA promotes, the rung rule judges and TPE fits on that score; a
-    fully trained trial's value is its own."""
+    - ``schedule``: `asha_study`'s ``eta``, ``min_resource`` or ``brackets`` (another ASHA
+      schedule; Hyperband with promotion);
+    - ``extrapolate``: the rung values at ``extrapolate_at`` epochs (3, 9 and 27 unless given)
+      replaced by the value plus ``extrapolate`` x the gain since the rung before (a straight
+      line in log epochs, damped): ASHA promotes, the rung rule judges and TPE fits on that
+      score; a fully trained trial's value is its own;
+    - ``random_share``: that share of trials drawn uniformly at random
+      (`variants.RandomFraction`), ranked at the rungs and seen by TPE like the others.
+    """
     import optuna
 
     from bench.efficiency.lcbench import Curve
-    from bench.efficiency.simulate import asha_study
-    from bench.efficiency.variants import make_variant
-    from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
-    from search.sampling.multifidelity import MIN_POINTS
-
-    warnings.simplefilter("ignore")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    base = _bench(instance, metric, data).curve
-    weight = STRATEGIES[name]["extrapolate"]
-
-    def curve_of(params: dict[str, Any]) -> Curve:
-        curve = base(params)
-        values = list(curve.values)
-        for level in sorted(STRATEGIES[name].get("extrapolate_at", (3, 9, 27)), reverse=True):
-            values[level - 1] += weight * (values[level - 1] - values[level // 3 - 1])
-        return Curve(tuple(values), curve.seconds, curve.maximize)
-
-    tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
-    sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
-    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
-    return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
-
-
-def run_random_fraction(
-    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
-) -> Run:
-    """The default (as `run_one` runs it) with the strategy's ``random_share`` of trials
-    drawn uniformly at random (`variants.RandomFraction`); they are ranked at the rungs and
-    seen by TPE like the others."""
-    import optuna
-
     from bench.efficiency.simulate import asha_study
     from bench.efficiency.variants import RandomFraction, make_variant
     from search.pruning.adaptive import MIN_PAIRS, THRESHOLD
@@ -359,27 +313,32 @@ def run_random_fraction(
 
     warnings.simplefilter("ignore")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = STRATEGIES[name]
     curve_of = _bench(instance, metric, data).curve
+    if spec.get("extrapolate"):
+        base, weight = curve_of, spec["extrapolate"]
+        levels = sorted(spec.get("extrapolate_at", (3, 9, 27)), reverse=True)
+
+        def curve_of(params: dict[str, Any]) -> Curve:
+            curve = base(params)
+            values = list(curve.values)
+            for level in levels:  # from the top: the gain is from the rung's raw value below
+                values[level - 1] += weight * (values[level - 1] - values[level // 3 - 1])
+            return Curve(tuple(values), curve.seconds, curve.maximize)
+
     tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True}
     sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
-    sampler = RandomFraction(sampler, seed, STRATEGIES[name]["random_share"])
+    if spec.get("random_share"):
+        sampler = RandomFraction(sampler, seed, spec["random_share"])
     adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
-    return asha_study(curve_of, sampler, budget, seed, adapt=adapt)
+    return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **spec.get("schedule", {}))
 
 
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
     name, instance, seed, budget, metric, data, key = args
     t0 = time.perf_counter()
     spec = STRATEGIES[name]
-    study = (
-        run_schedule
-        if spec.get("schedule")
-        else run_extrapolated
-        if spec.get("extrapolate")
-        else run_random_fraction
-        if spec.get("random_share")
-        else run_one
-    )
+    study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     run = study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
