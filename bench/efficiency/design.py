@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.efficiency.lcbench import METRICS
 from bench.efficiency.stats import Run, epochs_to, speedup
 from bench.stamp import append_line, write_json
 
@@ -483,17 +484,29 @@ def _run(
                 print(f"  {i + 1}/{len(jobs)} ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
+def suite_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--instances`` (default: the development suite) and ``--metric``, as the suite's
+    harnesses take them; check the instances with `dev_instances`."""
+    parser.add_argument("--instances", default=",".join(DEV))
+    parser.add_argument("--metric", default="val_accuracy", choices=list(METRICS))
+
+
+def dev_instances(parser: argparse.ArgumentParser, instances: str) -> list[str]:
+    """The comma-separated `instances`, or a usage error (exit 2) naming any that is not a
+    development instance: the test set is not run."""
+    out = instances.split(",")
+    bad = [i for i in out if i not in DEV]
+    if bad:
+        parser.error(f"not a development instance (the test set is not run): {','.join(bad)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", default=",".join(DEV))
+    suite_arguments(parser)
     parser.add_argument("--strategies", default="default," + ",".join(REFERENCES))
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--budget-epochs", type=int, default=5000)
-    parser.add_argument(
-        "--metric",
-        default="val_accuracy",
-        choices=["val_accuracy", "val_balanced_accuracy", "val_cross_entropy"],
-    )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--data", default=None)
     parser.add_argument("--cache", default=str(REPO / "bench" / "results" / "design-cache.jsonl"))
@@ -502,10 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         "--report-only", action="store_true", help="the table from the cache, nothing run"
     )
     args = parser.parse_args(argv)
-    instances = args.instances.split(",")
-    bad = [i for i in instances if i not in DEV]
-    if bad:
-        parser.error(f"not a development instance (the test set is not run): {','.join(bad)}")
+    instances = dev_instances(parser, args.instances)
     names = args.strategies.split(",")
     unknown = [n for n in names if n not in STRATEGIES]
     if unknown:

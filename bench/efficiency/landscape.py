@@ -24,7 +24,7 @@ where the rungs hold, since the statistic only sees configurations that were pro
     python -m bench.efficiency.landscape                     # the 24 development instances
     python -m bench.efficiency.landscape --instances 189862,189906 --configs 1000 --json out.json
 
-Only the development instances may be run (`design.DEV`).
+Only the development instances may be run (`design.dev_instances`).
 """
 
 from __future__ import annotations
@@ -37,12 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from bench.efficiency.design import DEV, random_config
+from bench.efficiency.design import dev_instances, random_config, suite_arguments
 from bench.stamp import write_json
 from search.pruning.adaptive import spearman
 
 RUNGS = (1, 3, 9, 27)
 ETA = 3
+
+
+def top_share(values: np.ndarray, eta: int = ETA) -> np.ndarray:
+    """Which of `values` are in their top 1/eta (what a rung promotes)."""
+    return values >= np.quantile(values, 1 - 1 / eta)
 
 
 def landscape(
@@ -63,7 +68,7 @@ def landscape(
     for i, rung in enumerate(rungs):
         here = curves[:, rung - 1]
         above = curves[:, (rungs[i + 1] if i + 1 < len(rungs) else curves.shape[1]) - 1]
-        promoted = here >= np.quantile(here, 1 - 1 / eta)
+        promoted = top_share(here, eta)
         share_better = [float((here > here[j]).mean()) for j in top_final]
         out[str(rung)] = {
             "rho": round(spearman(here.tolist(), final.tolist()), 2),
@@ -95,11 +100,11 @@ def probe_recall(
     {'recall': 1.0, 'final': 1.0, 'alarm': 0.0}
     """
     here = curves[:, rung - 1]
-    promoted = here >= np.quantile(here, 1 - 1 / eta)
+    promoted = top_share(here, eta)
     ref = curves[:, reference - 1]
     final = curves[:, -1]
-    top_ref = ref >= np.quantile(ref, 1 - 1 / eta)
-    top_final = final >= np.quantile(final, 1 - 1 / eta**2)
+    top_ref = top_share(ref, eta)
+    top_final = top_share(final, eta**2)
     rng = np.random.default_rng(seed)
     alarms = 0
     for _ in range(draws):
@@ -124,21 +129,13 @@ def instance_curves(instance: str, configs: int, data: str | None, metric: str) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", default=",".join(DEV))
+    suite_arguments(parser)
     parser.add_argument("--configs", type=int, default=600)
     parser.add_argument("--best", type=int, default=6, help="the best finals followed")
-    parser.add_argument(
-        "--metric",
-        default="val_accuracy",
-        choices=["val_accuracy", "val_balanced_accuracy", "val_cross_entropy"],
-    )
     parser.add_argument("--data", default=None, help="YAHPO data (default $YAHPO_DATA)")
     parser.add_argument("--json", default=None, help="write the table here")
     args = parser.parse_args(argv)
-    instances = args.instances.split(",")
-    bad = [i for i in instances if i not in DEV]
-    if bad:
-        parser.error(f"not a development instance (the test set is not run): {','.join(bad)}")
+    instances = dev_instances(parser, args.instances)
     if args.configs < 2 * ETA or not 1 <= args.best <= args.configs:
         parser.error("--configs must be at least 6 and --best between 1 and --configs")
     warnings.simplefilter("ignore")

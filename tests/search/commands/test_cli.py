@@ -42,12 +42,12 @@ def _name_whose_first_trials_share_a_bracket(base: str, n: int) -> str:
     study name and the trial number, so a name drawn at random puts 0-8 of 10 trials where
     they can be pruned."""
     pruner = HyperbandPruner(min_resource=1, max_resource=4, reduction_factor=2)
-    for i in itertools.count():
-        name = f"{base}-{i}"
+
+    def first_trials_share(name: str) -> bool:
         study = optuna.create_study(study_name=name)
-        if all(pruner.bracket_of(study, number) == 0 for number in range(n)):
-            return name
-    raise AssertionError("unreachable")
+        return all(pruner.bracket_of(study, number) == 0 for number in range(n))
+
+    return next(filter(first_trials_share, (f"{base}-{i}" for i in itertools.count())))
 
 
 @pytest.mark.slow
