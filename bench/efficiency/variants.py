@@ -77,7 +77,7 @@ class RandomFraction(optuna.samplers.BaseSampler):
 
 
 def make_variant(variant: dict[str, Any], seed: int) -> optuna.samplers.BaseSampler:
-    from search.sampling.multifidelity import FidelitySampler, good_trials
+    from search.sampling.multifidelity import PRIOR_WEIGHT, FidelitySampler, good_trials
     from search.sampling.samplers import STARTUP_TRIALS
 
     tpe_kw: dict[str, Any] = {
@@ -85,12 +85,15 @@ def make_variant(variant: dict[str, Any], seed: int) -> optuna.samplers.BaseSamp
         "multivariate": True,
         "constant_liar": True,
         "n_startup_trials": STARTUP_TRIALS["tpe"],
-        # hpsearch's good set across fidelities (a variant's "gamma": None is Optuna's own).
+        # hpsearch's good set across fidelities and its prior (a variant's "gamma" or
+        # "prior_weight": None is Optuna's own).
         "gamma": good_trials,
+        "prior_weight": PRIOR_WEIGHT,
     }
     tpe_kw.update(variant.get("tpe", {}))
-    if tpe_kw["gamma"] is None:
-        del tpe_kw["gamma"]
+    for name in ("gamma", "prior_weight"):
+        if tpe_kw[name] is None:
+            del tpe_kw[name]
     sampler: optuna.samplers.BaseSampler = FidelitySampler(
         optuna.samplers.TPESampler(**tpe_kw),
         mode=variant.get("mode", "rung"),

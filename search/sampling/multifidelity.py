@@ -73,6 +73,18 @@ ended below it on none."""
 
 GOOD_CAP = 25
 
+PRIOR_WEIGHT = 3.0
+"""How many trials TPE across fidelities counts its prior as (Optuna's `prior_weight`, 1 by
+default): each parameter's good density is its few good trials (the best 5%: 1 to 25) plus a
+broad prior over the whole range, weighted like this many trials. With Optuna's 1 the good
+density of a handful of trials could settle on one value of a parameter within ~50 trials and
+never leave it (LCBench 167181: one-layer networks lead after one epoch, only five-layer ones
+reach 90%; 2 of 10 seeds kept sampling one layer and ended 11-13 points below random
+search). Measured on LCBench's development suite, 10 seeds (bench/BENCHMARKS.md, "A heavier
+prior"): with 3, no instance of the 24 ends below random search and 237 of 240 seeds reach its
+final (with 1: 167181 below, 233), at a lower median speedup (9.1x against 12.3x); 2 was
+faster on the median (11.6x) but reached the final on fewer seeds (229), 2.5 on neither."""
+
 
 def good_trials(n: int) -> int:
     """How many of `n` trials TPE across fidelities fits its good density on (its `gamma`).

@@ -30,7 +30,12 @@ from optuna.distributions import (
 
 from search.sampling import fast_tpe
 from search.sampling.bounded import bound
-from search.sampling.multifidelity import across_fidelities, good_trials, uses_fidelities
+from search.sampling.multifidelity import (
+    PRIOR_WEIGHT,
+    across_fidelities,
+    good_trials,
+    uses_fidelities,
+)
 from search.study.settings import StudyConfig
 from search.study.space import CategoricalParam, FloatParam, Param
 
@@ -104,10 +109,13 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
     with warnings.catch_warnings():
         # Multivariate TPE and QMC are marked experimental; their warnings are noise per trial.
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        # Optuna 4.9 marked TPE's `gamma` for removal in 6.0; hpsearch pins optuna < 6 and
-        # passes it on purpose (the good set across fidelities), so workers' logs stay clean.
+        # Optuna 4.9 marked TPE's `gamma` and `prior_weight` for removal in 6.0; hpsearch pins
+        # optuna < 6 and passes both on purpose (the good set and its prior across
+        # fidelities), so workers' logs stay clean.
         warnings.filterwarnings(
-            "ignore", message=r"`gamma` has been deprecated", category=FutureWarning
+            "ignore",
+            message=r"`(gamma|prior_weight)` has been deprecated",
+            category=FutureWarning,
         )
         if name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
@@ -118,7 +126,9 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             # on every trial's epochs it was faster and never stuck on LCBench, where the joint
             # model settled on poor regions in some seeds (bench/BENCHMARKS.md).
             # Across fidelities its good set is the best 5% (Optuna's 10% settled on regions
-            # that only look good early; search.sampling.multifidelity.GOOD_FRACTION).
+            # that only look good early; search.sampling.multifidelity.GOOD_FRACTION), and
+            # its prior weighs more than Optuna's one trial, so that a few good trials do
+            # not pin a parameter to one value (multifidelity.PRIOR_WEIGHT).
             # Optuna's TPE, the same samples for less CPU (search.sampling.fast_tpe).
             fidelities = uses_fidelities(config)
             fast_tpe.install()
@@ -127,7 +137,7 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
                 constant_liar=True,
                 seed=seed,
                 n_startup_trials=STARTUP_TRIALS["tpe"],
-                **({"gamma": good_trials} if fidelities else {}),
+                **({"gamma": good_trials, "prior_weight": PRIOR_WEIGHT} if fidelities else {}),
             )
             # Past 1,000 trials TPE sees a bounded view of the study (its good set
             # kept whole): its cost per trial stops growing (search/sampling/bounded.py).

@@ -132,8 +132,10 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
     built, chosen = make_sampler(config, 7), make_variant(VARIANTS["chosen"], seed=7)
     assert isinstance(built, FidelitySampler) and isinstance(chosen, FidelitySampler)
     assert (built.mode, built.min_points) == (chosen.mode, chosen.min_points)
-    for attr in ("_multivariate", "_constant_liar", "_n_startup_trials"):
+    for attr in ("_multivariate", "_constant_liar", "_n_startup_trials", "_gamma"):
         assert getattr(built.inner, attr) == getattr(chosen.inner, attr), attr
+    prior = [s.inner._parzen_estimator_parameters.prior_weight for s in (built, chosen)]
+    assert prior[0] == prior[1] != 1.0  # hpsearch's prior across fidelities, not Optuna's
 
 
 @pytest.mark.parametrize(
