@@ -2,11 +2,12 @@
 
 While the study runs: a worker with a device this machine lacks tries to join (it must stop
 with exit 2 and touch nothing), one trial kills whichever worker runs it (it must end FAIL after
-``max_attempts``), workers are killed (-9) or SIGTERMed at random and replaced, and the database
-restarts once. At the end every trial is COMPLETE, PRUNED or FAIL with its reason, nothing is
-RUNNING or WAITING, there are exactly `n_trials`, and no trial ran in two places at once (each
-run of a trial's task logs when it starts and after every epoch; the runs of one trial must
-not overlap).
+``max_attempts``), workers are killed (-9) or SIGTERMed at random and replaced (every few seconds
+and every few finished trials, so a fast machine sees as many faults as a slow one), and the
+database restarts once. At the end every trial is COMPLETE, PRUNED or FAIL with its reason,
+nothing is RUNNING or WAITING, there are exactly `n_trials`, and no trial ran in two places at
+once (each run of a trial's task logs when it starts and after every epoch; the runs of one
+trial must not overlap).
 
     python -m tests.soak.chaos --trials 60 --workers 6  # a longer soak (needs initdb, pg_ctl)
 
@@ -175,7 +176,12 @@ def run_soak(
 
     workers = [new_worker() for _ in range(n_workers)]
     wrong = new_worker("--device", "cuda:7")  # replaces the default --device cpu
+    # Faults come on a clock and on progress, whichever is first: a fast machine that ends the
+    # study before the clock strikes still sees a fault every `fault_every` trials, and the
+    # database restart by the time a third of the trials are done.
+    fault_every = max(2, n_trials // 6)
     next_fault = time.monotonic() + rng.uniform(4, 6)
+    next_fault_done = fault_every
     restart_at = time.monotonic() + rng.uniform(8, 12)
     try:
         while time.monotonic() - started < timeout_s:
@@ -191,10 +197,12 @@ def run_soak(
                 )
                 assert registered[0][0] == 0, "the wrong-device worker registered"
                 assert wrong_log.strip().splitlines()[-1].startswith("hpsearch: error: --device")
-            if soak.database_restarts == 0 and time.monotonic() >= restart_at:
+            if soak.database_restarts == 0 and (
+                time.monotonic() >= restart_at or done >= n_trials // 3
+            ):
                 restart_database()
                 soak.database_restarts += 1
-            if done < n_trials - 2 and time.monotonic() >= next_fault:
+            if done < n_trials - 2 and (time.monotonic() >= next_fault or done >= next_fault_done):
                 live = [i for i, w in enumerate(workers) if w.alive()]
                 if live:
                     victim = rng.choice(live)
@@ -207,6 +215,7 @@ def run_soak(
                         soak.sigterms += 1
                     workers[victim] = new_worker()
                 next_fault = time.monotonic() + rng.uniform(3, 6)
+                next_fault_done = done + fault_every
             # The poisonous trial takes down its worker: bring the fleet back to strength.
             for i, w in enumerate(workers):
                 if not w.alive() and w.proc.returncode == -signal.SIGKILL and done < n_trials:
