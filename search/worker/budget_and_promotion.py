@@ -196,17 +196,23 @@ class Promoter:
     def bracket(self, number: int) -> int:
         return self.rungs.bracket_of(number, self.seed)
 
+    def at_rung(self, number: int, epoch: int) -> bool:
+        """Whether `epoch` ends a rung of trial `number`'s bracket (no database query)."""
+        return self.rungs.pauses_at(self.bracket(number), epoch)
+
     def pauses_at(self, number: int, epoch: int) -> bool:
-        if not self.rungs.pauses_at(self.bracket(number), epoch):
+        """Whether trial `number` stops at `epoch` unless promotable: a rung of its bracket
+        that the rung schedule has not retired (may ask the database)."""
+        if not self.at_rung(number, epoch):
             return False
         schedule = self.schedule
         if schedule is None:
             return True
         if not schedule.settled and self._scheduled_for != number:
             # Once per trial at its first rung, until the schedule is settled.
-            self._scheduled_for = number
             rows = pauses.rung_rows(self.storage, self.study.study_id)
             schedule.update((r.trial_id, r.level, r.value) for r in rows)
+            self._scheduled_for = number
         return schedule.pauses_at(epoch)
 
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:

@@ -257,9 +257,12 @@ class TrialReporter:
             return True
         if epoch >= self.rules.epochs:
             return False
-        if promoter is not None and promoter.pauses_at(claim.number, epoch):
+        if promoter is not None and promoter.at_rung(claim.number, epoch):
             try:
-                goes_on = promoter.goes_on(claim, epoch, value)
+                # Both ask the database (the rung schedule, the rivals at the rung).
+                goes_on = not promoter.pauses_at(claim.number, epoch) or promoter.goes_on(
+                    claim, epoch, value
+                )
                 self.health.back()
             except Exception as exc:
                 if not is_transient(exc):

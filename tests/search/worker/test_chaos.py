@@ -22,7 +22,8 @@ def test_a_study_survives_every_fault_at_once(
     assert set(soak.states) <= {"COMPLETE", "PRUNED", "FAIL"}  # nothing RUNNING or WAITING
     assert soak.poisoned["state"] == "FAIL" and soak.poisoned["attempts"] == 3
     assert soak.poisoned["reason"].startswith("its worker died 3 times (max_attempts = 3)")
-    assert all(soak.fail_reasons.values()), soak.fail_reasons  # every FAIL says why
+    # Only the poisonous trial fails: a killed worker or the restarted database fails none.
+    assert len(soak.fail_reasons) == 1, soak.fail_reasons
     assert soak.wrong_device_exit == 2
     assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
     assert not soak.overlapping_runs, soak.overlapping_runs
@@ -41,7 +42,7 @@ def test_promotion_based_asha_survives_every_fault_at_once(
     assert soak.numbers == list(range(18))
     assert set(soak.states) <= {"COMPLETE", "PRUNED", "FAIL"}  # nothing RUNNING, WAITING, paused
     assert soak.poisoned["state"] == "FAIL" and soak.poisoned["attempts"] == 3
-    assert all(soak.fail_reasons.values()), soak.fail_reasons
+    assert len(soak.fail_reasons) == 1, soak.fail_reasons  # the poisonous trial alone
     assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
     assert not soak.overlapping_runs, soak.overlapping_runs
     assert soak.resumed_after_pause >= 1
