@@ -3,7 +3,8 @@
 (a) kill -9 mid-trial: another worker finishes the trial from its checkpoint, with the value an
 uninterrupted run gets. (b) SIGTERM (and Ctrl-C): checkpoint, hand back, exit 0 (130). (c) The
 database restarts under three workers: nothing fails, nothing runs twice. (d) Workers killed at
-random, again and again: the study still finishes every trial.
+random, again and again: the study still finishes every trial. (e) The database goes away just
+as a trial reaches an ASHA rung: the trial trains on and completes.
 """
 
 from __future__ import annotations
@@ -196,3 +197,84 @@ def test_workers_killed_at_random_still_finish_the_study(
     assert sorted(t.number for t in study.trials) == list(range(12))
     assert {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
     assert trial_states(pg_url, study_name).keys() <= {"COMPLETE", "PRUNED"}
+
+
+RUNG_TASK = '''
+"""One trial that waits in its first epoch (ASHA's first rung) until the test has stopped the
+database, so the worker decides the rung while the database is away."""
+import os, time
+import torch
+from torch.utils.data import TensorDataset
+from trainer import Task
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+def make_task(params):
+    epoch = [0]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+    data = TensorDataset(x, (x[:, 0] > 0).long())
+
+    def metric(out, y):
+        epoch[0] += 1
+        if epoch[0] == 1 and not os.path.exists(os.path.join(HERE, "released")):
+            open(os.path.join(HERE, "at_rung"), "w").close()
+            deadline = time.time() + 120
+            while not os.path.exists(os.path.join(HERE, "released")) and time.time() < deadline:
+                time.sleep(0.05)
+        return (out.argmax(1) == y).float().mean().item()
+
+    return Task(model=torch.nn.Linear(4, 2), train_set=data, val_set=data,
+                loss_fn=torch.nn.functional.cross_entropy, metric_fn=metric)
+'''
+
+
+def test_a_database_outage_at_an_asha_rung_fails_no_trial(
+    private_pg: tuple[str, object], study_name: str, tmp_path: Path
+) -> None:
+    """The rung decision needs the database (the rung schedule, the rivals there); when it is
+    away the trial trains on, and completes: a restart is the machine's fault, not the trial's."""
+    import sys
+    import threading
+
+    import psycopg
+
+    url, restart = private_pg
+    (tmp_path / "rung_task.py").write_text(RUNG_TASK)
+    (tmp_path / "rung.toml").write_text(
+        f'[study]\nname = "{study_name}"\nn_trials = 1\nsampler = "random"\nseed = 0\n\n'
+        '[pruner]\ntype = "asha"\nmin_resource = 1\nreduction_factor = 3\n\n'
+        '[task]\nname = "rung_task:make_task"\nepochs = 9\n\n'  # rungs at 1 and 3
+        '[space]\nlr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
+        'batch_size = { type = "categorical", choices = [32] }\n'
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        create_study(open_storage(url), load_config(tmp_path / "rung.toml"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    worker = WorkerProcess(url, study_name, tmp_path, grace_s=60, name="w")
+    try:
+        wait_for(lambda: (tmp_path / "at_rung").exists(), 120, "the trial at its rung", [worker])
+        away = threading.Thread(target=restart, kwargs={"down_s": 5.0})
+        away.start()
+        dsn = url.replace("postgresql+psycopg://", "postgresql://")
+
+        def refused() -> bool:
+            try:
+                psycopg.connect(dsn, connect_timeout=1).close()
+            except psycopg.OperationalError:
+                return True
+            return False
+
+        wait_for(refused, 30, "the database to go away", [worker])
+        (tmp_path / "released").touch()  # the rung is decided now, with the database away
+        away.join()
+        assert worker.wait(180) == 0, worker.log()[-3000:]
+    finally:
+        worker.kill()
+    log = worker.log()
+    assert "database unreachable" in log, log[-3000:]
+    (trial,) = optuna.load_study(study_name=study_name, storage=url).trials
+    assert trial.state.name == "COMPLETE", (trial.system_attrs.get("fail_reason"), log[-3000:])
+    assert sorted(trial.intermediate_values) == list(range(1, 10))  # trained on past the rung
