@@ -12,6 +12,13 @@ from tests.soak.chaos import run_soak
 pytestmark = pytest.mark.slow
 
 
+def other_fails(fail_reasons: dict[int, str]) -> dict[int, str]:
+    """The FAILs not of the crash budget ("its worker died 3 times", the poisonous trial's, and
+    in a rare soak that of a trial kill -9 hit three times): a restarted database or a stopped
+    worker must fail no trial (an OperationalError at an ASHA rung did)."""
+    return {n: r for n, r in fail_reasons.items() if not r.startswith("its worker died 3 times")}
+
+
 def test_a_study_survives_every_fault_at_once(
     private_pg: tuple[str, Callable[..., None]], tmp_path: Path
 ) -> None:
@@ -22,8 +29,7 @@ def test_a_study_survives_every_fault_at_once(
     assert set(soak.states) <= {"COMPLETE", "PRUNED", "FAIL"}  # nothing RUNNING or WAITING
     assert soak.poisoned["state"] == "FAIL" and soak.poisoned["attempts"] == 3
     assert soak.poisoned["reason"].startswith("its worker died 3 times (max_attempts = 3)")
-    # Only the poisonous trial fails: a killed worker or the restarted database fails none.
-    assert len(soak.fail_reasons) == 1, soak.fail_reasons
+    assert not other_fails(soak.fail_reasons), soak.fail_reasons
     assert soak.wrong_device_exit == 2
     assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
     assert not soak.overlapping_runs, soak.overlapping_runs
@@ -42,7 +48,7 @@ def test_promotion_based_asha_survives_every_fault_at_once(
     assert soak.numbers == list(range(18))
     assert set(soak.states) <= {"COMPLETE", "PRUNED", "FAIL"}  # nothing RUNNING, WAITING, paused
     assert soak.poisoned["state"] == "FAIL" and soak.poisoned["attempts"] == 3
-    assert len(soak.fail_reasons) == 1, soak.fail_reasons  # the poisonous trial alone
+    assert not other_fails(soak.fail_reasons), soak.fail_reasons
     assert soak.database_restarts == 1 and soak.kills + soak.sigterms >= 2
     assert not soak.overlapping_runs, soak.overlapping_runs
     assert soak.resumed_after_pause >= 1
