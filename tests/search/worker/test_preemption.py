@@ -13,10 +13,13 @@ import dataclasses
 import random
 import re
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
 import optuna
+import psycopg
 import pytest
 
 from search.db.storage import open_storage
@@ -234,11 +237,6 @@ def test_a_database_outage_at_an_asha_rung_fails_no_trial(
 ) -> None:
     """The rung decision needs the database (the rung schedule, the rivals there); when it is
     away the trial trains on, and completes: a restart is the machine's fault, not the trial's."""
-    import sys
-    import threading
-
-    import psycopg
-
     url, restart = private_pg
     (tmp_path / "rung_task.py").write_text(RUNG_TASK)
     (tmp_path / "rung.toml").write_text(
