@@ -84,6 +84,10 @@ def outcome_of(
             **(result.resumed_from or {"epoch": 0, "step": 0}),
         }
     value = result.metrics[-1] if result.metrics else None
+    if result.status == "failed" and result.traceback:
+        # The task raised: the worker's log is where a user looks for why (the study keeps the
+        # one-line reason as the trial's fail_reason).
+        logger.error("trial %d raised:\n%s", run.number, result.traceback.rstrip())
     if result.status == "device_error":
         # The process's CUDA context is unusable: nothing more can train in it, whatever the
         # trial. The trial goes back (one failed attempt); the worker process ends.

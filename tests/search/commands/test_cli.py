@@ -155,6 +155,41 @@ def test_main_job_runs_on_the_sqlite_default(tmp_path: Path) -> None:
     )
 
 
+RAISING_TASK = """
+import dataclasses
+from tests.helpers.tiny_task import make_task
+
+def _labels_from_disk(params):
+    raise ValueError(f"label file is missing column {params['column']!r}")
+
+def make(params):
+    def loss_fn(outputs, targets):
+        _labels_from_disk(params)
+    return dataclasses.replace(make_task(params), loss_fn=loss_fn)
+"""
+
+
+@pytest.mark.slow
+def test_a_trial_whose_task_raises_fails_with_its_traceback_in_the_log(tmp_path: Path) -> None:
+    """The study records the one-line reason; the worker's log has the whole traceback, so the
+    user sees which line of their task raised without running `hpsearch try`."""
+    (tmp_path / "raising_task.py").write_text(RAISING_TASK)
+    (tmp_path / "study.toml").write_text(
+        '[study]\nname = "raises"\nn_trials = 2\nsampler = "random"\n'
+        '[task]\nname = "raising_task:make"\nepochs = 2\n'
+        '[space]\ncolumn = { type = "categorical", choices = ["y"] }\n'
+    )
+    done = hpsearch("run", "study.toml", cwd=tmp_path, env={"PYTHONPATH": f"{tmp_path}:{REPO}"})
+    study = optuna.load_study(study_name="raises", storage=f"sqlite:///{tmp_path}/hpsearch.db")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"], done.stderr[-3000:]
+    reason = "ValueError: label file is missing column 'y'"
+    assert all(t.system_attrs["fail_reason"] == reason for t in study.trials)
+    for number in (0, 1):
+        logged = done.stderr.split(f"trial {number} raised:\n", 1)[1]
+        assert logged.startswith("Traceback (most recent call last):"), done.stderr[-3000:]
+        assert 'raising_task.py", line 6, in _labels_from_disk' in logged.split("\n\n")[0]
+
+
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
