@@ -32,8 +32,8 @@ def resolve_device(device: str | None) -> torch.device:
         )
     try:
         resolved = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device {device!r}: {exc}") from None
+    except RuntimeError:  # torch's message lists every device type it knows of
+        raise ValueError(f"device {device!r}: not a device; use cpu, cuda or cuda:N") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: CUDA is not available on this machine")

@@ -198,6 +198,12 @@ ARGUMENT_CASES = [
     ("grace-word", ["run", "{config}", "--grace-s", "soon"], {}, "not a number of seconds"),
     ("grace-env", ["run", "{config}"], {"HPSEARCH_GRACE_S": "0"}, "HPSEARCH_GRACE_S='0'"),
     ("workers-zero", ["run", "{config}", "--workers", "0"], {}, "--workers: must be >= 1, got 0"),
+    (
+        "workers-negative",
+        ["run", "{config}", "--workers", "-2"],
+        {},
+        "--workers: must be >= 1, got -2",
+    ),
     ("unknown-flag", ["run", "{config}", "--fast"], {}, "unrecognized arguments: --fast"),
     ("no-command", [], {}, "the following arguments are required"),
     (

@@ -136,7 +136,10 @@ def test_bad_config_task_and_device_exit_2(tmp_path: Path, capsys: pytest.Captur
             [_config(tmp_path, task="no_such_module_xyz:make")],
             "task 'no_such_module_xyz:make': no module named 'no_such_module_xyz'",
         ),
-        ([_config(tmp_path, task="digits"), "--device", "tpu"], "--device: device 'tpu'"),
+        (
+            [_config(tmp_path, task="digits"), "--device", "tpu"],
+            "--device: device 'tpu': not a device; use cpu, cuda or cuda:N",
+        ),
         ([], "the following arguments are required: CONFIG"),
     ]
     for args, message in cases:
