@@ -403,7 +403,9 @@ not a strategy of its own."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.efficiency", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--benchmark", choices=("lcbench", "digits"), default="lcbench")
     parser.add_argument(
         "--instances", default=None, help=f"LCBench OpenML task ids (default {DEFAULT_INSTANCES})"
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
     if wrong:
-        print(f"efficiency.py: {wrong}", file=sys.stderr)
+        print(f"bench.efficiency: {wrong}", file=sys.stderr)
         return 2
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
@@ -558,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in strategies if s not in known]
     if bad or (digits and any(s in in_process for s in strategies)):
         print(
-            f"efficiency.py: --strategies: unknown or not for {args.benchmark}: "
+            f"bench.efficiency: --strategies: unknown or not for {args.benchmark}: "
             f"{', '.join(bad or strategies)}",
             file=sys.stderr,
         )
@@ -566,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         reference = json.loads(Path(args.reference).read_text()) if args.reference else None
     except (OSError, ValueError) as exc:
-        print(f"efficiency.py: --reference: cannot read {args.reference}: {exc}", file=sys.stderr)
+        print(
+            f"bench.efficiency: --reference: cannot read {args.reference}: {exc}", file=sys.stderr
+        )
         return 2
     if "random" not in strategies and reference is None and not args.no_reference:
         strategies.insert(0, "random")  # the reference
@@ -584,11 +588,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             known_instances = LCBench(instances[0], data)._bench.instances
         except (FileNotFoundError, ValueError, ImportError) as exc:
-            print(f"efficiency.py: {exc}", file=sys.stderr)
+            print(f"bench.efficiency: {exc}", file=sys.stderr)
             return 2
         unknown = [i for i in instances if i not in known_instances]
         if unknown:
-            print(f"efficiency.py: unknown LCBench instance {unknown[0]!r}", file=sys.stderr)
+            print(f"bench.efficiency: unknown LCBench instance {unknown[0]!r}", file=sys.stderr)
             return 2
     if "smac-mf" in strategies and not args.report_only:
         from bench.efficiency.smac_mf import SmacUnavailable, ensure_venv
@@ -596,7 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ensure_venv()
         except SmacUnavailable as exc:
-            print(f"efficiency.py: smac-mf: {exc}", file=sys.stderr)
+            print(f"bench.efficiency: smac-mf: {exc}", file=sys.stderr)
             return 2
     seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [

@@ -161,7 +161,7 @@ def test_bad_flags_are_one_line_exit_2_and_nothing_written(
         timeout=120,
     )
     assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith(f"efficiency.py: {message}") and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"bench.efficiency: {message}") and done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
 
