@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from optuna.samplers import TPESampler as _TPE
 
 from bench.efficiency.lcbench import METRICS
 from bench.efficiency.stats import Run, epochs_to, speedup
@@ -115,9 +116,14 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "pw2": {"kind": "asha", "real": True, "tpe": {"prior_weight": 2.0}},
     "pw25": {"kind": "asha", "real": True, "tpe": {"prior_weight": 2.5}},
     "pw3": {"kind": "asha", "real": True, "tpe": {"prior_weight": 3.0}},
+    # The prior weighing `prior_decay` / (good trials), between 1 and 3 trials: the default's 3
+    # while the good set is a handful of trials (when a few agreeing trials could pin a
+    # parameter), down to Optuna's 1 once it holds `prior_decay` trials (`run_candidate`).
+    "pd15": {"kind": "asha", "real": True, "prior_decay": 15.0},
+    "pd10": {"kind": "asha", "real": True, "prior_decay": 10.0},
 }
 
-CHANGES = ("schedule", "extrapolate", "random_share", "tpe")
+CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay")
 """The changes to the default `run_candidate` makes (keys of a strategy's spec)."""
 
 CODE = {
@@ -340,10 +346,28 @@ def run_candidate(
 
     tpe: dict[str, Any] = {"multivariate": False, "constant_liar": True, **spec.get("tpe", {})}
     sampler = make_variant({"tpe": tpe, "min_points": MIN_POINTS}, seed)
+    if spec.get("prior_decay"):
+        sampler.inner.__class__ = _DecayingPrior
+        sampler.inner.prior_decay = spec["prior_decay"]
     if spec.get("random_share"):
         sampler = RandomFraction(sampler, seed, spec["random_share"])
     adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
     return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **spec.get("schedule", {}))
+
+
+class _DecayingPrior(_TPE):
+    """Optuna's TPE whose prior weighs `prior_decay` / (good trials), clipped to 1..3."""
+
+    prior_decay = 15.0
+
+    def _build_parzen_estimator(
+        self, study: Any, search_space: Any, trials: Any, handle_below: bool
+    ) -> Any:
+        if handle_below:  # built first; the bad density's prior weighs the same
+            weight = min(3.0, max(1.0, self.prior_decay / max(1, len(trials))))
+            params = self._parzen_estimator_parameters._replace(prior_weight=weight)
+            self._parzen_estimator_parameters = params
+        return super()._build_parzen_estimator(study, search_space, trials, handle_below)
 
 
 def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
