@@ -543,12 +543,18 @@ def _fmt_speedup(x: float | None) -> str:
     return f"{x:.1f}x" if x else "never"
 
 
+def _bad_input(message: str) -> int:
+    """Say what is wrong in one line, as this module is run (`python -m bench.efficiency`);
+    the exit status of bad input."""
+    print(f"bench.efficiency: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
     if wrong:
-        print(f"bench.efficiency: {wrong}", file=sys.stderr)
-        return 2
+        return _bad_input(wrong)
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
     maximize = True if digits else _maximize(args.metric)
@@ -559,19 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     in_process = set(OPTUNA) | set(SIM) | set(PEERS)
     bad = [s for s in strategies if s not in known]
     if bad or (digits and any(s in in_process for s in strategies)):
-        print(
-            f"bench.efficiency: --strategies: unknown or not for {args.benchmark}: "
-            f"{', '.join(bad or strategies)}",
-            file=sys.stderr,
+        return _bad_input(
+            f"--strategies: unknown or not for {args.benchmark}: {', '.join(bad or strategies)}"
         )
-        return 2
     try:
         reference = json.loads(Path(args.reference).read_text()) if args.reference else None
     except (OSError, ValueError) as exc:
-        print(
-            f"bench.efficiency: --reference: cannot read {args.reference}: {exc}", file=sys.stderr
-        )
-        return 2
+        return _bad_input(f"--reference: cannot read {args.reference}: {exc}")
     if "random" not in strategies and reference is None and not args.no_reference:
         strategies.insert(0, "random")  # the reference
     if digits:
@@ -588,20 +588,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             known_instances = LCBench(instances[0], data)._bench.instances
         except (FileNotFoundError, ValueError, ImportError) as exc:
-            print(f"bench.efficiency: {exc}", file=sys.stderr)
-            return 2
+            return _bad_input(str(exc))
         unknown = [i for i in instances if i not in known_instances]
         if unknown:
-            print(f"bench.efficiency: unknown LCBench instance {unknown[0]!r}", file=sys.stderr)
-            return 2
+            return _bad_input(f"unknown LCBench instance {unknown[0]!r}")
     if "smac-mf" in strategies and not args.report_only:
         from bench.efficiency.smac_mf import SmacUnavailable, ensure_venv
 
         try:
             ensure_venv()
         except SmacUnavailable as exc:
-            print(f"bench.efficiency: smac-mf: {exc}", file=sys.stderr)
-            return 2
+            return _bad_input(f"smac-mf: {exc}")
     seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(
