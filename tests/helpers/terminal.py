@@ -12,6 +12,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
+def sized_by_the_terminal(env: dict[str, str] | None) -> dict[str, str]:
+    """`env` (default: this process's) without COLUMNS and LINES, which Python's
+    `shutil.get_terminal_size` reads before the terminal's own size: a developer's shell that
+    exports them (or pytest-xdist's workers) would otherwise decide the width a test sees."""
+    return {
+        k: v
+        for k, v in (os.environ if env is None else env).items()
+        if k not in ("COLUMNS", "LINES")
+    }
+
+
 def run_on_a_terminal(
     argv: Sequence[str],
     *,
@@ -26,7 +37,7 @@ def run_on_a_terminal(
     primary, secondary = pty.openpty()
     fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
     streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: secondary}
-    process = subprocess.Popen(argv, cwd=cwd, env=env, **streams)
+    process = subprocess.Popen(argv, cwd=cwd, env=sized_by_the_terminal(env), **streams)
     os.close(secondary)
     output = b""
     while True:

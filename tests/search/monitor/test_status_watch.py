@@ -30,6 +30,7 @@ from tests.helpers.cli import hpsearch
 from tests.helpers.configs import make_config
 from tests.helpers.dispatch import claim_a_new_trial, register
 from tests.helpers.processes import default_signals, ignore_sigint
+from tests.helpers.terminal import sized_by_the_terminal
 
 
 def held_trial(url: str, name: str, n_trials: int = 3) -> tuple[Storage, Claim]:
@@ -48,7 +49,7 @@ def worker_of(study_name: str) -> str:
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    return {**env, "PYTHONPATH": str(REPO)}
+    return sized_by_the_terminal({**env, "PYTHONPATH": str(REPO)})
 
 
 class OnATerminal:
