@@ -12,16 +12,21 @@ import sqlalchemy as sa
 from tests.helpers import REPO, terminal
 
 
+def cli_env() -> dict[str, str]:
+    """This process's environment for the CLI: no inherited hpsearch settings (HPSEARCH_*),
+    this checkout's code on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    return {**env, "PYTHONPATH": str(REPO)}
+
+
 def hpsearch(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI from a clean working directory (no inherited storage settings)."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    base["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [sys.executable, "-m", "search", *args],
         cwd=cwd,
-        env={**base, **(env or {})},
+        env={**cli_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -41,10 +46,6 @@ def count_studies(url: str) -> int:
 
 def cli_on_a_terminal(args: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal; returns (exit code, what the terminal got)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
     return terminal.run_on_a_terminal(
-        [sys.executable, "-m", "search", *args],
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(REPO)},
-        timeout=timeout,
+        [sys.executable, "-m", "search", *args], cwd=cwd, env=cli_env(), timeout=timeout
     )

@@ -25,8 +25,7 @@ from search.db import fenced_writes
 from search.db.leases import Claim
 from search.db.storage import Storage, open_storage
 from search.study.studies import create_study
-from tests.helpers import REPO
-from tests.helpers.cli import hpsearch
+from tests.helpers.cli import cli_env, hpsearch
 from tests.helpers.configs import make_config
 from tests.helpers.dispatch import claim_a_new_trial, register
 from tests.helpers.processes import default_signals, ignore_sigint
@@ -47,11 +46,6 @@ def worker_of(study_name: str) -> str:
     return f"w-{study_name[-6:]}"
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    return sized_by_the_terminal({**env, "PYTHONPATH": str(REPO)})
-
-
 class OnATerminal:
     """A command whose stdout is a pseudo-terminal of 30 x 120; what it drew is kept."""
 
@@ -63,7 +57,7 @@ class OnATerminal:
         self.proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=_env(),
+            env=sized_by_the_terminal(cli_env()),
             stdout=secondary,
             stderr=subprocess.PIPE,
             preexec_fn=preexec_fn,  # the test signals it: dispositions set, not inherited
@@ -148,7 +142,7 @@ def test_watch_prints_plain_lines_elsewhere_and_ends_with_the_study(
         proc = subprocess.Popen(
             [*argv, "--watch", "--interval", "0.3"],
             cwd=tmp_path,
-            env=_env(),
+            env=cli_env(),
             stdout=subprocess.PIPE,
             stderr=err_out,
             text=True,
