@@ -7,6 +7,8 @@ Set HPSEARCH_TEST_PG_ADMIN to an admin URL if the server is not the local one on
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +17,26 @@ import pytest
 
 from tests.helpers.pgbouncer import PgBouncerError, pgbouncer
 from tests.helpers.postgres import fresh_database, migrated, private_postgres
+
+
+def _a_share_of_the_cores_per_test_process() -> None:
+    """pytest-xdist runs N test files at once (`-n 2` in pyproject.toml). Left alone, each
+    process's torch, and every command a test starts, takes all the cores: on 2 cores, two
+    runs of README's main job side by side took 565 s each against 47 s alone, their OpenMP
+    threads spinning on each other's cores, and 53 s each with one thread apiece. So each test
+    process, and what it starts, gets cores / N threads, unless OMP_NUM_THREADS is set
+    already; `-n 0` keeps every core."""
+    processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if processes < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, (cores or 1) // processes)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # torch reads it when first imported
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+
+
+_a_share_of_the_cores_per_test_process()
 
 POSTGRES_FIXTURES = frozenset({"pg_url", "private_pg", "pgbouncer_url"})
 """Fixtures that need a PostgreSQL server: a test using one is marked `postgres` (and so is a

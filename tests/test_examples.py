@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +31,13 @@ def test_each_example_trains_one_trial(config: Path) -> None:
     assert "epoch 2/2" in done.stdout
 
 
+def _threads_of_this_test_process() -> dict[str, str]:
+    """The share of the cores tests/conftest.py gives each test process when several run at
+    once (README's command on a machine of its own takes them all)."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return {"OMP_NUM_THREADS": threads} if threads else {}
+
+
 @pytest.mark.slow
 def test_readme_main_job(tmp_path: Path) -> None:
     """README's first command, `hpsearch run examples/digits.toml`, on the SQLite default."""
@@ -40,7 +48,8 @@ def test_readme_main_job(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=600,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
+        | _threads_of_this_test_process(),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     study = optuna.load_study(study_name="digits", storage=f"sqlite:///{tmp_path}/hpsearch.db")
