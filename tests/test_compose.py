@@ -25,6 +25,7 @@ import sqlalchemy as sa
 import yaml
 
 from tests.helpers import REPO
+from tests.helpers.cli import cli_env
 from tests.helpers.postgres import fresh_database
 
 COMPOSE = REPO / "docker-compose.yml"
@@ -107,7 +108,7 @@ def on_test_server(storage: str, admin_url: str, *, as_owner: bool = False) -> s
 
 
 def run_service(service: dict[str, Any], storage: str, cwd: Path, **kwargs: Any) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
+    env = cli_env()
     env.update({k: str(v) for k, v in service["environment"].items()})
     env.update(HPSEARCH_STORAGE=storage, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "search", *service["command"]]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.helpers.cli import cli_env
 from tests.helpers.processes import default_signals
 
 
@@ -29,8 +28,7 @@ class DashboardProcess:
         verbose: bool = False,
         preexec_fn: Callable[[], None] = default_signals,
     ) -> None:
-        base = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-        base.update(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+        base = {**cli_env(), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "search", *(["-v"] if verbose else []), "dashboard", *args],
             cwd=cwd,

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.helpers import REPO
+from tests.helpers.cli import cli_env
 
 
 def default_signals() -> None:
@@ -44,10 +44,12 @@ class WorkerProcess:
         extra: tuple[str, ...] = (),
     ) -> None:
         self.log_path = log_dir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-        env.update(
-            PYTHONPATH=str(REPO), HPSEARCH_STORAGE=url, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1"
-        )
+        env = {
+            **cli_env(),
+            "HPSEARCH_STORAGE": url,
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+        }
         self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in wait/kill)
         self.proc = subprocess.Popen(
             [

@@ -3,7 +3,6 @@ command continues the study, and the leading paused trial is named beside the be
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers.cli import cli_env
 
 STUDY = """
 [study]
@@ -41,8 +40,7 @@ lr = { type = "float", low = 1e-4, high = 3e-1, log = true }
 @pytest.mark.slow
 def test_ctrl_c_summary_counts_every_trial_and_says_how_to_continue(tmp_path: Path) -> None:
     (tmp_path / "study.toml").write_text(STUDY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    env["PYTHONPATH"] = str(REPO)
+    env = cli_env()
     proc = subprocess.Popen(
         [sys.executable, "-m", "search", "run", "study.toml"],
         cwd=tmp_path,
@@ -104,8 +102,7 @@ def test_run_summary_with_hpsearch_storage_names_next_commands_without_flags(
     """$HPSEARCH_STORAGE names the database: the "next:" commands need no --storage (they read
     it too), and the checkpoints are said to be in the database (once)."""
     (tmp_path / "study.toml").write_text(TINY_BUDGET.format(name=study_name))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    env |= {"PYTHONPATH": str(REPO), "HPSEARCH_STORAGE": pg_url}
+    env = {**cli_env(), "HPSEARCH_STORAGE": pg_url}
     done = subprocess.run(
         [sys.executable, "-m", "search", "run", "study.toml"],
         cwd=tmp_path,

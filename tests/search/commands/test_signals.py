@@ -3,7 +3,6 @@ starting (importing torch), and a reader that closes the pipe early."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,15 +11,14 @@ from pathlib import Path
 
 from search.db.storage import open_storage
 from search.study.studies import create_study
-from tests.helpers import REPO
+from tests.helpers.cli import cli_env
 from tests.helpers.configs import make_config
 from tests.helpers.dispatch import register
 from tests.helpers.processes import default_signals
 
 
 def _env(url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HPSEARCH_")}
-    return {**env, "PYTHONPATH": str(REPO), "HPSEARCH_STORAGE": url}
+    return {**cli_env(), "HPSEARCH_STORAGE": url}
 
 
 def test_sigterm_while_a_worker_starts_exits_0_at_once(
