@@ -3,6 +3,8 @@ top, kept up to date by the workers; a user's edits to the rest of the note are 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -12,6 +14,7 @@ from search.commands import main
 from search.db.storage import open_storage
 from search.db.studies import lock_study
 from search.study.note import progress_line, refresh_progress_line
+from tests.helpers.cli import cli_env
 
 BUDGETED = """
 [study]
@@ -70,3 +73,25 @@ def test_the_progress_line_keeps_what_a_user_wrote(tmp_path: Path) -> None:
         storage.close()
     note = get_note(optuna.load_study(study_name="edited", storage=url))
     assert note == "**Budget**: 1/9 epochs · **paused trials**: 4\n\n" + mine
+
+
+def test_create_writes_the_note_without_loading_the_dashboard(tmp_path: Path) -> None:
+    """The dashboard's package loads its web app (scikit-learn, SciPy, pandas: about 1 s of
+    every `create` and `run`); the note is written in its format without it, and its own
+    `get_note` reads it back whole."""
+    config = tmp_path / "noted.toml"
+    config.write_text(BUDGETED)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    script = (
+        "import sys\nfrom search.commands import main\n"
+        f"code = main(['create', {str(config)!r}, '--storage', {url!r}])\n"
+        "print(code, 'optuna_dashboard' in sys.modules, 'sklearn' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=cli_env(), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-3:] == ["0", "False", "False"]
+    note = get_note(optuna.load_study(study_name="noted", storage=url))
+    assert note.startswith("## noted\n\n**Budget**: 0/10 epochs (10 left)")
+    assert note.endswith("```\n") and 'name = "tests.helpers.tiny_task:make_task"' in note
