@@ -208,7 +208,8 @@ class TrialCache:
     their `completed_rung_*` attributes (one round trip); a trial that is new, finished since,
     or had no params yet is read whole (params, system attributes, value; curves as `need`ed).
     A queued or running trial with its params changes only in its rung values (and, with
-    `live_curves`, its reports): only those are applied. Its reports are read again only while
+    `live_curves`, its reports): only those are applied, and a trial that does not run and
+    reads as it did last time (state, lease, rung values) is skipped without a look. Its reports are read again only while
     it runs, or once its state or its lease (claim generation, last epoch reported) changed
     since they were read: a paused trial gets reports only under a new claim, so the paused
     trials that wait (most unfinished trials of an ASHA study) cost a row each, not a curve.
@@ -231,6 +232,11 @@ class TrialCache:
         # Of the unfinished trials whose reports were read: the lease (generation, epoch) read
         # with them, at or before the reports. A lease that differs now: read them again.
         self._leases: dict[int, tuple[Any, Any]] = {}
+        # Of the unfinished trials known with their params: what the last read of each said
+        # (`_Seen`). A trial that reads the same again, and does not run, has not changed: a
+        # refresh skips it without a look at its rows (most unfinished trials of an ASHA
+        # study wait paused, unchanged, refresh after refresh).
+        self._seen: dict[int, _Seen] = {}
         self._generation = 0  # goes up when `need` starts over
         self._listeners: list[Callable[[int, int, str, Any], None]] = []
         self.finished_curves = False
@@ -264,6 +270,7 @@ class TrialCache:
             if more and self._trials:
                 self._trials.clear()
                 self._leases.clear()
+                self._seen.clear()
                 self._cursor = ChangeCursor(self.study_id)
                 self._generation += 1
                 self.version += 1
@@ -350,13 +357,9 @@ class TrialCache:
         with self.lock:
             cursor = self._cursor.snapshot()
             # The trials a refresh reads are the new ones (never known, but those claimed here,
-            # which are unfinished) and the unfinished ones: what is known of those is enough.
-            trials, leases = self._trials, self._leases
-            known = {
-                i: _Known(t.state, bool(t.params), leases.get(i))
-                for i in cursor.unfinished
-                if (t := trials.get(i)) is not None
-            }
+            # which are unfinished) and the unfinished ones: what is known of those (copies
+            # of the dicts as they are now; `_Known` is made for the trials that changed).
+            known = _Snapshot(dict(self._trials), dict(self._leases), dict(self._seen))
             finished_curves, live_curves = self.finished_curves, self.live_curves
             generation = self._generation
         with self._storage.read() as conn:
@@ -375,6 +378,7 @@ class TrialCache:
                 continue  # read again by a slower refresh: finished trials never change
             if state.is_finished():
                 self._leases.pop(r.trial_id, None)
+                self._seen.pop(r.trial_id, None)
             elif r.trial_id in read.leases:  # its reports were read with this lease
                 self._leases[r.trial_id] = read.leases[r.trial_id]
             local = self._local.get(r.trial_id, {})
@@ -406,6 +410,7 @@ class TrialCache:
                     and curve == known.intermediate_values
                 ):
                     self._cursor.saw(r.trial_id, state)
+                    self._remember(r.trial_id, known, read)
                     continue  # most unfinished trials have not changed since the last look
                 trial = copy.copy(known)
                 trial.state = state
@@ -413,6 +418,7 @@ class TrialCache:
                 trial.intermediate_values = curve
             self._trials[r.trial_id] = trial
             self._cursor.saw(r.trial_id, state)
+            self._remember(r.trial_id, trial, read)
             self._logged(r.trial_id)
             changed += 1
             for listener in self._listeners:
@@ -422,6 +428,15 @@ class TrialCache:
         if changed:
             self.version += 1
         return changed
+
+    def _remember(self, trial_id: int, trial: FrozenTrial, read: _Changes) -> None:
+        """What this read said of an unfinished trial now known with its params: the next
+        refresh skips the trial if it reads the same."""
+        seen = read.seen.get(trial_id)
+        if seen is not None and trial.params and not trial.state.is_finished():
+            self._seen[trial_id] = seen
+        else:
+            self._seen.pop(trial_id, None)
 
 
 _CACHES_LOCK = threading.Lock()
@@ -434,6 +449,23 @@ class _Known:
     state: TrialState
     has_params: bool
     lease: tuple[Any, Any] | None  # (generation, epoch) when its reports were read; None: never
+
+
+_Seen = tuple[Any, ...]
+"""A trial as one read saw it: state, lease (generation, epoch), rung values (key, JSON)."""
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What a refresh knows before it reads: copies of the cache's dicts, taken together."""
+
+    trials: dict[int, FrozenTrial]
+    leases: dict[int, tuple[Any, Any]]
+    seen: dict[int, _Seen]
+
+    def known(self, trial_id: int) -> _Known | None:
+        t = self.trials.get(trial_id)
+        return None if t is None else _Known(t.state, bool(t.params), self.leases.get(trial_id))
 
 
 @dataclass
@@ -449,6 +481,8 @@ class _Changes:
     curves: dict[int, dict[int, float]]
     leases: dict[int, tuple[Any, Any]] = field(default_factory=dict)
     """The lease read with each unfinished trial whose reports were read."""
+    seen: dict[int, _Seen] = field(default_factory=dict)
+    """How this read saw each trial of `rows`."""
 
 
 _DISTRIBUTIONS: dict[str, BaseDistribution] = {}
@@ -471,16 +505,33 @@ def param_value(value: float, dist_json: str) -> Any:
 def _read_changes(
     conn: Connection,
     cursor: ChangeCursor,
-    known: dict[int, _Known],
+    snapshot: _Snapshot,
     finished_curves: bool,
     live_curves: bool,
 ) -> _Changes:
     joined = read_changed_trials(conn, cursor, with_rungs=True)
-    rows = list({r.trial_id: r for r in joined}.values())
-    rungs: dict[int, dict[str, Any]] = {}
+    by_trial: dict[int, list[Row[Any]]] = {}
     for r in joined:
-        if r.key is not None:
-            rungs.setdefault(r.trial_id, {})[r.key] = json.loads(r.value_json)
+        by_trial.setdefault(r.trial_id, []).append(r)
+    rows: list[Row[Any]] = []
+    seen: dict[int, _Seen] = {}
+    previous = snapshot.seen
+    for trial_id, group in by_trial.items():
+        r = group[-1]
+        pairs = [(g.key, g.value_json) for g in group if g.key is not None]
+        if len(pairs) > 1:
+            pairs.sort()
+        now = (r.state, r.generation, r.epoch, *pairs)
+        if r.state != "RUNNING" and previous.get(trial_id) == now:
+            continue  # read the same as last time, and not running: nothing changed
+        seen[trial_id] = now
+        rows.append(r)
+    known = {r.trial_id: k for r in rows if (k := snapshot.known(r.trial_id)) is not None}
+    rungs: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        for g in by_trial[r.trial_id]:
+            if g.key is not None:
+                rungs.setdefault(r.trial_id, {})[g.key] = json.loads(g.value_json)
     whole: set[int] = set()
     for r in rows:
         k = known.get(r.trial_id)
@@ -488,7 +539,7 @@ def _read_changes(
         # claimed here and known without a read): read whole. Else only its rungs change.
         if k is None or not k.has_params or STATES[r.state].is_finished():
             whole.add(r.trial_id)
-    out = _Changes(rows, rungs, whole, {}, {}, {}, {})
+    out = _Changes(rows, rungs, whole, {}, {}, {}, {}, seen=seen)
     ids = sorted(whole)
     if ids:
         for trial_id, name, value, dist_json in read_params(conn, ids):
