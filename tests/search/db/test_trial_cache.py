@@ -35,6 +35,10 @@ def _seen(trials: list[optuna.trial.FrozenTrial]) -> dict[int, tuple]:
     }
 
 
+def _rungs(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    return {k: v for k, v in trial.system_attrs.items() if k.startswith(RUNG_PREFIX)}
+
+
 def test_the_mirror_and_the_pruning_view_see_the_same_trials(
     storage_url: str, study_name: str
 ) -> None:
@@ -83,7 +87,7 @@ def test_paused_trials_resumed_between_two_looks_show_their_new_reports(
     """TPE across fidelities learns from the reports of paused trials. A refresh reads those
     reports again only for a trial that runs or whose state or lease changed since; a trial
     paused, resumed and paused again between two looks of another process still shows every
-    report it has, as a fresh read of the study does."""
+    report and rung value it has, as a fresh read of the study does."""
     config = _asha_config(study_name)
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, config)
@@ -120,6 +124,14 @@ def test_paused_trials_resumed_between_two_looks_show_their_new_reports(
                     if shown != (trial.state, trial.intermediate_values):
                         differ.append(trial.number)  # the trial function must not raise
                     looks["compared"] += 1
+            # Rung values may be written meanwhile (by the pruner's thread): looked at again
+            # after the fresh read, the cache holds at least every one that read saw.
+            cache.refresh()
+            mine = {t._trial_id: t for t in cache.trials()}
+            for trial in fresh.trials():
+                seen = mine.get(trial._trial_id)
+                if trial.params and (seen is None or _rungs(trial).items() - _rungs(seen).items()):
+                    differ.append(trial.number)
             waiting = {t._trial_id for t in mine.values() if t.state == TrialState.WAITING}
             looks["skipped"] += len(waiting - read)
         return curve(run, epoch_s=0.0)
@@ -130,3 +142,51 @@ def test_paused_trials_resumed_between_two_looks_show_their_new_reports(
     assert looks["resumed"] > 0, "no paused trial was resumed: nothing compared"
     assert looks["compared"] > 20
     assert looks["skipped"] > 0, "every paused trial's reports were read at every look"
+
+
+def test_a_waiting_trial_that_changed_shows_it_at_the_next_look(
+    storage_url: str, study_name: str
+) -> None:
+    """A refresh skips the waiting trials that read as they did at the last look. A rung value
+    another process writes later to a waiting trial (a pruner's thread writes it after the
+    pause), and a claim of it, are both seen at the next look."""
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, tpe_config(study_name, 9))
+    writer = storage.optuna_storage()  # another process's writes
+    dist = optuna.distributions.FloatDistribution(0.0, 1.0)
+    trial_id = writer.create_new_trial(
+        ref.study_id,
+        template_trial=optuna.trial.create_trial(
+            state=TrialState.WAITING, params={"x": 0.25}, distributions={"x": dist}
+        ),
+    )
+    reader = open_storage(storage_url)
+    cache = TrialCache.of(reader, ref.study_id)
+    applied: list[int] = []
+    real_apply = cache._apply
+
+    def counting(read: Any) -> int:
+        applied.append(len(read.rows))
+        return real_apply(read)
+
+    cache._apply = counting  # type: ignore[method-assign]
+
+    def shown() -> tuple[str, dict[str, Any]]:
+        trial = cache.get(trial_id)
+        assert trial is not None and trial.params == {"x": 0.25}
+        rungs = {k: v for k, v in trial.system_attrs.items() if k.startswith(RUNG_PREFIX)}
+        return trial.state.name, rungs
+
+    cache.refresh()
+    assert shown() == ("WAITING", {})
+    cache.refresh()
+    assert applied == [1, 0], "the unchanged waiting trial was looked at again"
+
+    writer.set_trial_system_attr(trial_id, f"{RUNG_PREFIX}0", 0.5)
+    assert cache.refresh() == 1
+    assert shown() == ("WAITING", {f"{RUNG_PREFIX}0": 0.5})
+
+    writer.set_trial_system_attr(trial_id, f"{RUNG_PREFIX}1", 0.75)
+    writer.set_trial_state_values(trial_id, TrialState.RUNNING)
+    cache.refresh()
+    assert shown() == ("RUNNING", {f"{RUNG_PREFIX}0": 0.5, f"{RUNG_PREFIX}1": 0.75})
