@@ -208,11 +208,12 @@ class TrialCache:
     their `completed_rung_*` attributes (one round trip); a trial that is new, finished since,
     or had no params yet is read whole (params, system attributes, value; curves as `need`ed).
     A queued or running trial with its params changes only in its rung values (and, with
-    `live_curves`, its reports): only those are applied, and a trial that does not run and
-    reads as it did last time (state, lease, rung values) is skipped without a look. Its reports are read again only while
+    `live_curves`, its reports): only those are applied. Its reports are read again only while
     it runs, or once its state or its lease (claim generation, last epoch reported) changed
     since they were read: a paused trial gets reports only under a new claim, so the paused
-    trials that wait (most unfinished trials of an ASHA study) cost a row each, not a curve.
+    trials that wait (most unfinished trials of an ASHA study) cost a row each, not a curve;
+    one that does not run and reads as it did at the last look (state, lease, rung values)
+    is skipped without a comparison.
     Trials are `FrozenTrial`s with user attributes left empty, replaced (never changed in
     place) when they change, so a list a reader holds stays as it was. Safe to use from
     several threads; one refresh at a time.
