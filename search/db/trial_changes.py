@@ -63,6 +63,7 @@ __all__ = [
 
 STATES = {s.name: s for s in TrialState}
 """Optuna's trial states by the name the trials table holds."""
+_FINISHED = frozenset(name for name, s in STATES.items() if s.is_finished())
 RUNG_PREFIX = "completed_rung_"
 """Optuna's successive halving records a trial's value at rung k as `completed_rung_k`."""
 
@@ -519,6 +520,9 @@ def _read_changes(
     previous = snapshot.seen
     for trial_id, group in by_trial.items():
         r = group[-1]
+        if r.state in _FINISHED:
+            rows.append(r)  # read once: a finished trial never changes
+            continue
         pairs = [(g.key, g.value_json) for g in group if g.key is not None]
         if len(pairs) > 1:
             pairs.sort()
