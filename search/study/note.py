@@ -197,7 +197,7 @@ def _progress(study: StudyRef) -> str:
 def save_study_note(storage: Storage, study: StudyRef, argv: Sequence[str]) -> None:
     """Write the study's note (shown by optuna-dashboard on the study's page) in the
     dashboard's format, without importing optuna-dashboard: its package loads its web app,
-    and with it scikit-learn, SciPy and pandas (about 1 s of every `create` and `run`)."""
+    and with it scikit-learn, SciPy and pandas (about 1 s of every `create`)."""
     body = study_note(study, storage, argv)
     with storage.transaction() as conn:
         _write_note(conn, study.study_id, body, _note_attrs(conn, study.study_id))

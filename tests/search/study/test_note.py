@@ -77,8 +77,8 @@ def test_the_progress_line_keeps_what_a_user_wrote(tmp_path: Path) -> None:
 
 def test_create_writes_the_note_without_loading_the_dashboard(tmp_path: Path) -> None:
     """The dashboard's package loads its web app (scikit-learn, SciPy, pandas: about 1 s of
-    every `create` and `run`); the note is written in its format without it, and its own
-    `get_note` reads it back whole."""
+    every `create`); the note is written in its format without it, and its own `get_note`
+    reads it back whole."""
     config = tmp_path / "noted.toml"
     config.write_text(BUDGETED)
     url = f"sqlite:///{tmp_path / 'study.db'}"
