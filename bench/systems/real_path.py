@@ -8,11 +8,14 @@ cProfile and prints where the time went, by cumulative time and by own time.
     python -m bench.systems.real_path --seeds 3 --profile 25
     python -m bench.systems.real_path --storage postgresql+psycopg://postgres@127.0.0.1/x
     python -m bench.systems.real_path --code /tmp/before,. --seeds 2 --repeats 2
+    python -m bench.systems.real_path --instance 189906,167168,189873,3945,7593,126029 --seeds 3
 
-`--code A,B` runs each study in a fresh process on the code of each checkout in turn (A, B, A,
-B, ...: the machine's load falls on both alike) and prints each side's median wall and CPU
-seconds and their ratio; `decided` (a digest of the trials each study trained, to what end, in
-what order) says whether the two sides' searches decided the same.
+`--instance` takes several, comma-separated: each instance's seeds in turn, and at the end the
+median over all studies. `--code A,B` runs each study in a fresh process on the code of each
+checkout in turn (A, B, A, B, ...: the machine's load falls on both alike) and prints each
+side's median wall and CPU seconds (of each study's `--repeats`, then over the studies) and
+their ratio; `decided` (a digest of the trials each study trained, to what end, in what order)
+says whether the two sides' searches decided the same.
 """
 
 from __future__ import annotations
@@ -67,30 +70,30 @@ def one_study(
 
 
 def side_by_side(codes: list[str], args: argparse.Namespace) -> None:
-    """Each seed's study on each checkout in turn, `--repeats` times, in fresh processes."""
+    """Each instance's and seed's study on each checkout in turn, `--repeats` times, in fresh
+    processes."""
     here = os.path.abspath(__file__)
     results: dict[str, list[dict]] = {code: [] for code in codes}
     for _ in range(args.repeats):
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            for code in codes:
-                command = [sys.executable, "-P", here, "--instance", args.instance, "--seeds", "1"]
-                command += ["--first-seed", str(seed), "--budget-epochs", str(args.budget_epochs)]
-                if args.storage:
-                    command += ["--storage", args.storage]
-                if args.data:
-                    command += ["--data", args.data]
-                root = os.path.abspath(code)
-                env = {**os.environ, "PYTHONPATH": root}
-                out = subprocess.run(
-                    command, cwd=root, env=env, check=True, capture_output=True, text=True
-                ).stdout
-                result = {"code": code, **json.loads(out.strip().splitlines()[-1])}
-                results[code].append(result)
-                print(json.dumps(result), flush=True)
-    medians = {
-        code: {k: statistics.median(r[k] for r in rs) for k in ("wall_s", "cpu_s")}
-        for code, rs in results.items()
-    }
+        for instance in args.instance.split(","):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                for code in codes:
+                    command = [sys.executable, "-P", here, "--instance", instance]
+                    command += ["--seeds", "1", "--first-seed", str(seed)]
+                    command += ["--budget-epochs", str(args.budget_epochs)]
+                    if args.storage:
+                        command += ["--storage", args.storage]
+                    if args.data:
+                        command += ["--data", args.data]
+                    root = os.path.abspath(code)
+                    env = {**os.environ, "PYTHONPATH": root}
+                    out = subprocess.run(
+                        command, cwd=root, env=env, check=True, capture_output=True, text=True
+                    ).stdout
+                    result = {"code": code, **json.loads(out.strip().splitlines()[-1])}
+                    results[code].append(result)
+                    print(json.dumps(result), flush=True)
+    medians = {code: _median_of_studies(rs) for code, rs in results.items()}
     base = medians[codes[0]]
     for code, m in medians.items():
         print(
@@ -103,9 +106,21 @@ def side_by_side(codes: list[str], args: argparse.Namespace) -> None:
     print("the same trials on every side" if same else "the sides decided differently")
 
 
+def _median_of_studies(results: list[dict]) -> dict[str, float]:
+    """Wall and CPU seconds: each study's median over its repeats, then the median over the
+    studies (instance, seed)."""
+    by_study: dict[tuple[str, int], list[dict]] = {}
+    for r in results:
+        by_study.setdefault((r["instance"], r["seed"]), []).append(r)
+    return {
+        k: statistics.median(statistics.median(r[k] for r in rs) for rs in by_study.values())
+        for k in ("wall_s", "cpu_s")
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instance", default="189906")
+    parser.add_argument("--instance", default="189906", help="one or more, comma-separated")
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--code", help="checkouts to run side by side, comma-separated")
@@ -119,23 +134,29 @@ def main() -> None:
     if args.code:
         side_by_side(args.code.split(","), args)
         return
-    one_study(
-        args.instance, 99, 200, args.storage, args.data
-    )  # imports and data loaded before timing
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        profiler = cProfile.Profile() if args.profile else None
-        if profiler:
-            profiler.enable()
-        result = one_study(args.instance, seed, args.budget_epochs, args.storage, args.data)
-        if profiler:
-            profiler.disable()
-            result["profiled"] = True
-        print(json.dumps(result), flush=True)
-        if profiler:
-            for order in ("cumulative", "tottime"):
-                out = io.StringIO()
-                pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.profile)
-                print(out.getvalue())
+    results = []
+    for instance in args.instance.split(","):
+        one_study(instance, 99, 200, args.storage, args.data)  # imports, data: before timing
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            profiler = cProfile.Profile() if args.profile else None
+            if profiler:
+                profiler.enable()
+            result = one_study(instance, seed, args.budget_epochs, args.storage, args.data)
+            if profiler:
+                profiler.disable()
+                result["profiled"] = True
+            results.append(result)
+            print(json.dumps(result), flush=True)
+            if profiler:
+                for order in ("cumulative", "tottime"):
+                    out = io.StringIO()
+                    pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(args.profile)
+                    print(out.getvalue())
+    if len(results) > 1:
+        m = _median_of_studies(results)
+        print(
+            f"median over {len(results)} studies: wall {m['wall_s']:.2f} s, CPU {m['cpu_s']:.2f} s"
+        )
 
 
 if __name__ == "__main__":
