@@ -380,7 +380,6 @@ class TrialCache:
                 continue  # read again by a slower refresh: finished trials never change
             if state.is_finished():
                 self._leases.pop(r.trial_id, None)
-                self._seen.pop(r.trial_id, None)
             elif r.trial_id in read.leases:  # its reports were read with this lease
                 self._leases[r.trial_id] = read.leases[r.trial_id]
             local = self._local.get(r.trial_id, {})
