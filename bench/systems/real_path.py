@@ -24,6 +24,7 @@ import argparse
 import cProfile
 import hashlib
 import io
+import itertools
 import json
 import os
 import pstats
@@ -74,25 +75,23 @@ def side_by_side(codes: list[str], args: argparse.Namespace) -> None:
     processes."""
     here = os.path.abspath(__file__)
     results: dict[str, list[dict]] = {code: [] for code in codes}
-    for _ in range(args.repeats):
-        for instance in args.instance.split(","):
-            for seed in range(args.first_seed, args.first_seed + args.seeds):
-                for code in codes:
-                    command = [sys.executable, "-P", here, "--instance", instance]
-                    command += ["--seeds", "1", "--first-seed", str(seed)]
-                    command += ["--budget-epochs", str(args.budget_epochs)]
-                    if args.storage:
-                        command += ["--storage", args.storage]
-                    if args.data:
-                        command += ["--data", args.data]
-                    root = os.path.abspath(code)
-                    env = {**os.environ, "PYTHONPATH": root}
-                    out = subprocess.run(
-                        command, cwd=root, env=env, check=True, capture_output=True, text=True
-                    ).stdout
-                    result = {"code": code, **json.loads(out.strip().splitlines()[-1])}
-                    results[code].append(result)
-                    print(json.dumps(result), flush=True)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    studies = itertools.product(range(args.repeats), args.instance.split(","), seeds, codes)
+    for _, instance, seed, code in studies:
+        command = [sys.executable, "-P", here, "--instance", instance, "--seeds", "1"]
+        command += ["--first-seed", str(seed), "--budget-epochs", str(args.budget_epochs)]
+        if args.storage:
+            command += ["--storage", args.storage]
+        if args.data:
+            command += ["--data", args.data]
+        root = os.path.abspath(code)
+        env = {**os.environ, "PYTHONPATH": root}
+        out = subprocess.run(
+            command, cwd=root, env=env, check=True, capture_output=True, text=True
+        ).stdout
+        result = {"code": code, **json.loads(out.strip().splitlines()[-1])}
+        results[code].append(result)
+        print(json.dumps(result), flush=True)
     medians = {code: _median_of_studies(rs) for code, rs in results.items()}
     base = medians[codes[0]]
     for code, m in medians.items():
