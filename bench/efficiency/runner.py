@@ -477,7 +477,24 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
             return f"{flag}: must be at least 1, got {value}"
     if not args.time_scale > 0:
         return f"--time-scale: must be above 0, got {args.time_scale}"
+    full = full_training(args.benchmark)
+    if args.budget_epochs is not None and args.budget_epochs < full:
+        return (
+            f"--budget-epochs: {args.budget_epochs} is less than one full training "
+            f"({full} epochs on {args.benchmark}): no trial could finish"
+        )
     return None
+
+
+def full_training(benchmark: str) -> int:
+    """The epochs of one fully trained trial of a benchmark (the shortest useful budget)."""
+    if benchmark == "digits":
+        from bench.efficiency.real_path import DIGITS_EPOCHS
+
+        return DIGITS_EPOCHS
+    from bench.efficiency.lcbench import EPOCHS
+
+    return EPOCHS
 
 
 def _bad_choices(args: argparse.Namespace) -> str | None:
@@ -531,12 +548,19 @@ def _uptime() -> str:
     return f"load average: {one}, {five}, {fifteen}"
 
 
-def _final(run: Run, maximize: bool) -> float:
-    """The run's best fully trained value in the metric's direction."""
+def _final(run: Run, maximize: bool) -> float | None:
+    """The run's best fully trained value in the metric's direction (None: it trained none)."""
     values = [v for _, v in run.finished]
     if not values:
-        return -math.inf if maximize else math.inf
+        return None
     return max(values) if maximize else min(values)
+
+
+def _fmt_final(s: dict[str, Any]) -> str:
+    """A strategy's final mean (sd), or how many seeds trained no trial fully."""
+    if s["final_mean"] is None:
+        return f"- ({s['seeds_without_final']} seed(s) trained no trial fully)"
+    return f"{s['final_mean']:.4g} ({s['final_sd']:.2g})"
 
 
 def _fmt_speedup(x: float | None) -> str:
@@ -642,9 +666,10 @@ def main(argv: list[str] | None = None) -> int:
             run.extra["seed"] = job.seed
             results.setdefault((job.instance, job.strategy), []).append(run)
             _append_cache(args.cache, job, run)
+            final = _final(run, maximize)
             print(
                 f"[{i}/{len(todo)}] {job.instance} {job.strategy} seed {job.seed}: final "
-                f"{_final(run, maximize):.4g}, {run.epochs} epochs, "
+                f"{'none' if final is None else f'{final:.4g}'}, {run.epochs} epochs, "
                 f"{run.extra.get('trials')} trials, {run.extra['wall_s']:.1f} s",
                 file=sys.stderr,
                 flush=True,
@@ -738,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
             lo, hi = s["speedup_ci90"]
             med = s["median_epochs_to_target"]
             print(
-                f"| {strategy} | {s['final_mean']:.4g} ({s['final_sd']:.2g}) "
+                f"| {strategy} | {_fmt_final(s)} "
                 f"| {_fmt_speedup(s['speedup'])} | {lo:.1f}-{hi:.1f} "
                 f"| {s['seeds_reached']}/{s['seeds']} | {med if med is not None else '-'} "
                 f"| {s['trials_mean']:.0f} | {s['seconds_per_study'] or 0:.1f} |"

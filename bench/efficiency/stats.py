@@ -124,20 +124,26 @@ def summarize(
     runs: Sequence[Run], budget: int, target: float, *, maximize: bool = True
 ) -> dict[str, Any]:
     """One strategy's entry of the JSON: final mean and sd, speedup and its CI, seeds that
-    reached the target, median epochs to it (None when most seeds never did). With
+    reached the target, median epochs to it (None when most seeds never did). The final mean
+    and sd are None when a seed trained no trial fully within the budget. With
     `maximize=False` lower values are better (the finals stay the metric's own values)."""
     if not maximize:
         out = summarize([negated(r) for r in runs], budget, -target)
-        out["final_mean"] = -out["final_mean"]
+        if out["final_mean"] is not None:
+            out["final_mean"] = -out["final_mean"]
         return out
     finals = [r.final for r in runs]
+    # A seed that trained no trial fully within the budget has no final: the strategy's mean
+    # final is then undefined (None), not -inf, and `seeds_without_final` says how many.
+    without = sum(1 for r in runs if not r.finished)
     to = sorted(epochs_to(r, target) for r in runs)
     median = statistics.median(to)
     ci = speedup_ci(runs, budget, target)
     return {
         "seeds": len(runs),
-        "final_mean": statistics.fmean(finals),
-        "final_sd": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+        "final_mean": statistics.fmean(finals) if not without else None,
+        "final_sd": (statistics.stdev(finals) if len(finals) > 1 else 0.0) if not without else None,
+        "seeds_without_final": without,
         "speedup": speedup(runs, budget, target),
         "speedup_ci90": list(ci),
         "seeds_reached": sum(1 for t in to if math.isfinite(t)),
@@ -150,8 +156,10 @@ def summarize(
 def distribution(per_instance: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Across instances, from `summarize`'s entries of one strategy (one per instance): median,
     10th percentile and minimum speedup (never reached: 0), instances reached, instance-seeds
-    that reached the target and their share, median final mean."""
+    that reached the target and their share, the median final mean (of the instances where
+    every seed trained a trial fully) and how many instances are left out of it."""
     speedups = np.array([s["speedup"] or 0.0 for s in per_instance], dtype=float)
+    finals = [s["final_mean"] for s in per_instance if s["final_mean"] is not None]
     seeds = sum(s["seeds"] for s in per_instance)
     reached = sum(s["seeds_reached"] for s in per_instance)
     return {
@@ -163,7 +171,6 @@ def distribution(per_instance: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "instance_seeds": seeds,
         "instance_seeds_reached": reached,
         "reached_share": reached / seeds if seeds else None,
-        "final_mean_median": (
-            float(np.median([s["final_mean"] for s in per_instance])) if per_instance else None
-        ),
+        "final_mean_median": float(np.median(finals)) if finals else None,
+        "instances_without_final": len(per_instance) - len(finals),
     }
