@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -29,9 +29,11 @@ from search.db.storage import Storage
 from search.db.tables import study_budgets, trials
 
 __all__ = [
+    "Reservation",
     "ensure_counter",
     "epochs_used",
     "first_start",
+    "reserve",
     "reserve_epoch",
     "reserve_epochs",
     "return_epoch",
@@ -54,15 +56,30 @@ def reserve_epochs(storage: Storage, study_id: int, budget: int, wanted: int) ->
     """Reserve `wanted` epochs if that many are left, else one; returns how many (0: the
     budget is spent). A worker reserves the epochs up to its trial's next decision (a rung)
     at once: one statement per rung, not per epoch; near the end of the budget, one by one."""
+    return reserve(storage, study_id, budget, wanted).epochs
+
+
+class Reservation(NamedTuple):
+    epochs: int
+    """Epochs reserved (0: the budget is spent)."""
+    used: int | None
+    """The study's epochs used, this reservation included, as the reserving statement read
+    them (None when nothing was reserved)."""
+
+
+def reserve(storage: Storage, study_id: int, budget: int, wanted: int) -> Reservation:
+    """`reserve_epochs`, also saying how much of the budget is used, from the same statement."""
     with storage.autocommit() as conn:
         if wanted > 1:
-            row = conn.execute(
+            used = conn.execute(
                 _reserve_statement(), {"study": study_id, "budget": budget, "n": wanted}
-            ).first()
-            if row is not None:
-                return wanted
-        row = conn.execute(_reserve_statement(), {"study": study_id, "budget": budget, "n": 1})
-        return 1 if row.first() is not None else 0
+            ).scalar()
+            if used is not None:
+                return Reservation(wanted, used)
+        used = conn.execute(
+            _reserve_statement(), {"study": study_id, "budget": budget, "n": 1}
+        ).scalar()
+        return Reservation(0, None) if used is None else Reservation(1, used)
 
 
 def return_epoch(storage: Storage, study_id: int, epochs: int = 1) -> None:

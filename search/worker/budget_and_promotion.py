@@ -101,6 +101,8 @@ class StudyLimits:
         self._start: datetime.datetime | None = None
         self.held = 0
         """Epochs this worker reserved and has not trained yet."""
+        self._used: int | None = None
+        """The study's epochs used when this worker last reserved some (None: not yet)."""
         self.reread: Callable[[], bool] = lambda: False
         """Read the study's stored budgets again; True if they changed (`StudyRules.more_budget`:
         `hpsearch extend` while this worker runs). Asked only when a budget looks spent."""
@@ -129,12 +131,21 @@ class StudyLimits:
         if self.budget_epochs is None:
             self.held = 1
             return True
-        self.held = budget.reserve_epochs(
-            self.storage, self.study.study_id, self.budget_epochs, max(1, wanted)
-        )
+        got = budget.reserve(self.storage, self.study.study_id, self.budget_epochs, max(1, wanted))
+        self.held = got.epochs
+        if got.used is not None:
+            self._used = got.used
         if self.held == 0 and self.reread():  # refused: unless the budget was raised meanwhile
             return self.reserve(wanted)
         return self.held > 0
+
+    def too_little_for(self, epochs: int) -> bool:
+        """Whether the epoch budget left is less than `epochs` (one full training: a trial
+        started now could not finish), as this worker last read it: when it reserved epochs,
+        its own reserved and untrained ones counted as left. False without an epoch budget."""
+        if self.budget_epochs is None or self._used is None:
+            return False
+        return self.budget_epochs - self._used + self.held < epochs
 
     def trained(self) -> None:
         """One reserved epoch was trained (reported)."""
@@ -241,8 +252,11 @@ class Promoter:
             {"hpsearch:handed_back_by": worker_id, "hpsearch:paused_at": epoch},
         )
 
-    def resume_next(self, worker_id: str, *, draining: bool = False) -> Claim | None:
-        """Claim the best promotable paused trial, or None if there is none."""
+    def resume_next(
+        self, worker_id: str, *, draining: bool = False, why: str = "no new trial may start"
+    ) -> Claim | None:
+        """Claim the best promotable paused trial, or None if there is none; `draining` (by
+        the looser rule) says `why` in the log."""
         for _ in range(CLAIM_RACES):
             best = self._best_paused(draining)
             if best is None:
@@ -257,7 +271,7 @@ class Promoter:
                     best.level,
                     best.value,
                     self.eta,
-                    "; no new trial may start" if draining else "",
+                    f"; {why}" if draining else "",
                 )
                 return claim
         return None

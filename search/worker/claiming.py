@@ -2,7 +2,9 @@
 
 `Claimer.next()` is the next trial this worker runs (a `Claim`), or the study's end (`StudyOver`).
 It claims the next WAITING trial (with a budget, one epoch of it reserved first; with
-promotion-based ASHA, a promotable paused trial comes first); when nothing is waiting it samples
+promotion-based ASHA, a promotable paused trial comes first, and once the epoch budget left
+could not train a new trial fully, paused trials are promoted by the looser draining rule, so
+that the last epochs finish the best of them); when nothing is waiting it samples
 new trials (if n_trials allows), or waits for a dead worker's trial to free up, or finds the
 study over (`StudyEnd`): n_trials done, the budget spent, or nothing left to start or promote
 (what is left paused or queued then ends PRUNED). After a claim that leaves the queue short, a
@@ -219,7 +221,15 @@ class Claimer:
                     return held[0]
             try:
                 if promoter is not None:
-                    promoted = promoter.resume_next(self.worker_id)
+                    # When the budget left could not train a new trial fully, the paused trials
+                    # are promoted first, by the draining rule: the last epochs go to finishing
+                    # the best of them, not to trials that cannot finish.
+                    finishing = self._budget_too_little_for_a_new_trial()
+                    promoted = promoter.resume_next(
+                        self.worker_id,
+                        draining=finishing,
+                        why="the budget left cannot train a new trial fully",
+                    )
                     if promoted is not None:
                         return promoted
                 return claims.claim_next_trial(
@@ -247,6 +257,10 @@ class Claimer:
         if claim is None:
             self.health.retry(limits.give_back, "return an epoch")
         return claim
+
+    def _budget_too_little_for_a_new_trial(self) -> bool:
+        limits = self.rules.limits
+        return limits is not None and limits.too_little_for(self.study.config.task.epochs)
 
     def _promote_draining(self) -> Claim | None:
         promoter = self.rules.promoter
