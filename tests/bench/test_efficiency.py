@@ -16,7 +16,15 @@ import optuna
 import pytest
 
 from bench.efficiency.lcbench import EPOCHS, LCBench, default_data_dir
-from bench.efficiency.stats import Run, epochs_to, incumbents, speedup, speedup_ci, summarize
+from bench.efficiency.stats import (
+    Run,
+    distribution,
+    epochs_to,
+    incumbents,
+    speedup,
+    speedup_ci,
+    summarize,
+)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DATA = default_data_dir()
@@ -143,6 +151,11 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
     [
         (["--seeds", "0"], "--seeds: must be at least 1, got 0"),
         (["--budget-epochs", "-5"], "--budget-epochs: must be at least 1, got -5"),
+        (["--budget-epochs", "49"], "--budget-epochs: 49 is less than one full training (50"),
+        (
+            ["--benchmark", "digits", "--budget-epochs", "20"],
+            "--budget-epochs: 20 is less than one full training (27 epochs on digits)",
+        ),
         (["--workers", "0"], "--workers: must be at least 1, got 0"),
         (["--time-scale", "0"], "--time-scale: must be above 0"),
         (["--strategies", "nope"], "--strategies: unknown or not for lcbench: nope"),
@@ -251,6 +264,19 @@ def test_a_minimised_metric_is_summarized_from_below() -> None:
     # The mean incumbent: (2.0 + 1.0) / 2 = 1.5 at 150, (0.5 + 1.0) / 2 = 0.75 at 200.
     assert s["speedup"] == 400 / 200 and s["final_mean"] == pytest.approx(0.75)
     assert s["seeds_reached"] == 2 and s["median_epochs_to_target"] == 175
+
+
+def test_a_seed_that_trained_no_trial_fully_leaves_the_final_undefined_not_a_crash() -> None:
+    # A budget of a few full trainings: one seed's pruner never let a trial finish.
+    runs = [Run([(120, 0.9)], 150), Run([], 150)]
+    for maximize in (True, False):
+        s = summarize(runs, 150, target=0.5, maximize=maximize)
+        assert s["final_mean"] is None and s["final_sd"] is None
+        assert s["seeds_without_final"] == 1 and s["seeds"] == 2
+    done = summarize(runs[:1], 150, target=0.5)
+    assert done["final_mean"] == 0.9 and done["seeds_without_final"] == 0
+    d = distribution([s, done])
+    assert d["final_mean_median"] == 0.9 and d["instances_without_final"] == 1
 
 
 @needs_data

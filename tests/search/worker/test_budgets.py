@@ -108,6 +108,31 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
             assert t.value == t.intermediate_values[max(t.intermediate_values)]
 
 
+def test_the_last_epochs_of_a_small_budget_finish_the_best_paused_trial(
+    storage_url: str, study_name: str
+) -> None:
+    """9 epochs a trial, ASHA's rungs at 1 and 3: promotion alone trains a trial fully only
+    after 18-21 epochs here (seven to nine trials at rung 1, three of them to rung 3, one on
+    to 9), so a budget of 15 used to end with every trial pruned. The epochs once too few to
+    train a new trial fully go to the paused trials instead, best first, and one is trained
+    to the end."""
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, make_config(study_name, ASHA, budget_epochs=15, seed=0))
+    assert run_one_worker(storage_url, study_name) == 0
+
+    trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
+    assert epochs_used(storage_url, ref.study_id) == 15
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert complete, "no trial was trained fully within the budget"
+    assert all(sorted(t.intermediate_values) == list(range(1, 10)) for t in complete)
+    # The one trained fully was the best of those at the highest rung when it was promoted:
+    # no trial that reached rung 3 is better than it (x is the ranking at every epoch).
+    best = max(complete, key=lambda t: t.params["x"])
+    at_rung_3 = [t for t in trials if 3 in t.intermediate_values]
+    assert best.params["x"] == max(t.params["x"] for t in at_rung_3)
+
+
 @pytest.mark.slow
 def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     storage_url: str, study_name: str
