@@ -81,6 +81,10 @@ def optuna_study(
         "median": optuna.pruners.MedianPruner(),
     }
     study = optuna.create_study(
+        # Named by the seed: Optuna's Hyperband assigns a trial's bracket from a hash of the
+        # study's name and the trial's number, and a generated name (a UUID) made every run of
+        # the same seed another study.
+        study_name=f"optuna-{sampler}-{pruner}-seed{seed}",
         direction="maximize",
         sampler=make_optuna_sampler(sampler, seed, **kw),
         pruner=pruners[pruner],
