@@ -132,17 +132,21 @@ def summarize(
         if out["final_mean"] is not None:
             out["final_mean"] = -out["final_mean"]
         return out
-    finals = [r.final for r in runs]
     # A seed that trained no trial fully within the budget has no final: the strategy's mean
     # final is then undefined (None), not -inf, and `seeds_without_final` says how many.
     without = sum(1 for r in runs if not r.finished)
+    final_mean = final_sd = None
+    if not without:
+        finals = [r.final for r in runs]
+        final_mean = statistics.fmean(finals)
+        final_sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
     to = sorted(epochs_to(r, target) for r in runs)
     median = statistics.median(to)
     ci = speedup_ci(runs, budget, target)
     return {
         "seeds": len(runs),
-        "final_mean": statistics.fmean(finals) if not without else None,
-        "final_sd": (statistics.stdev(finals) if len(finals) > 1 else 0.0) if not without else None,
+        "final_mean": final_mean,
+        "final_sd": final_sd,
         "seeds_without_final": without,
         "speedup": speedup(runs, budget, target),
         "speedup_ci90": list(ci),
