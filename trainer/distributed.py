@@ -39,7 +39,7 @@ import time
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 from trainer.checkpoint import CheckpointStore, pack_sharded, write_shards
 
@@ -50,6 +50,7 @@ __all__ = [
     "CollectiveStop",
     "GroupCheckpoints",
     "LauncherLink",
+    "leave_rank",
 ]
 
 log = logging.getLogger("trainer")
@@ -259,10 +260,20 @@ def main() -> int:
     )
     conn.send(("result", me, time.monotonic(), result.to_dict()))
     conn.close()
-    if result.status in ("completed", "pruned", "preempted"):
+    leave_rank(destroy_group=result.status in ("completed", "pruned", "preempted"))
+
+
+def leave_rank(*, destroy_group: bool = True) -> NoReturn:
+    """End a rank's process once its result is out: its process group destroyed (where its
+    collectives all completed), then without the interpreter's teardown. That teardown costs
+    seconds of unloading torch, and a gloo rank's aborted now and then ("terminate called
+    without an active exception"), turning a finished rank into a failed one."""
+    if destroy_group:
+        import torch.distributed as dist
+
         dist.destroy_process_group()
-    # Nothing is left to do: skip the interpreter's teardown (seconds of unloading torch).
     logging.shutdown()
+    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 

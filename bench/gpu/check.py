@@ -279,6 +279,7 @@ def _sharded_rank(
     batch, report (rank, peak bytes or None, bytes held of each kind)."""
     import torch.distributed as dist
 
+    from trainer.distributed import leave_rank
     from trainer.sharding import shard_model
 
     device = torch.device(devices[rank])
@@ -314,15 +315,9 @@ def _sharded_rank(
         ),
     }
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    out.put((rank, peak, held))
+    out.put((rank, peak, held))  # written to the pipe before it returns
     dist.barrier()  # no rank tears the group down while the other still uses it
-    dist.destroy_process_group()
-    # Leave without the interpreter's teardown, as trainer/distributed.py's ranks do: a gloo
-    # rank's teardown aborted once in CI ("terminate called without an active exception"),
-    # failing the check although its result was in. `out.put` has written it already.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank()  # a teardown that aborts would fail the check with its result in
 
 
 def check_sharded(devices: list[str]) -> list[Row]:
