@@ -79,6 +79,12 @@ class _Rank:
 class _Group:
     ranks: list[_Rank] = field(default_factory=list)
     kill_at: float | None = None
+    stop_sent: bool = False
+
+    def pass_stop(self, run: TrialRun) -> None:
+        """Tell rank 0 once that the worker asked the trial to stop (it checkpoints and ends)."""
+        if run.stop.is_set() and not self.stop_sent and self.ranks[0].exit_code is None:
+            self.stop_sent = _send(self.ranks[0], ("stop",))
 
     def alive(self) -> list[_Rank]:
         return [r for r in self.ranks if r.exit_code is None]
@@ -173,21 +179,19 @@ def _start_ranks(devices: list[str], timeout: float | str | None) -> list[_Rank]
 
 def _supervise(run: TrialRun, group: _Group) -> None:
     """Answer rank 0 until every rank has exited (or the survivors of a dead one are killed)."""
-    stop_sent = False
     while group.alive():
-        if run.stop.is_set() and not stop_sent and group.ranks[0].exit_code is None:
-            stop_sent = _send(group.ranks[0], ("stop",))
+        group.pass_stop(run)
         open_conns = [r.conn for r in group.alive() if not r.conn.closed]
         for conn in wait(open_conns, timeout=POLL_S) if open_conns else []:
             rank = next(r for r in group.ranks if r.conn is conn)
-            _receive(run, rank)
+            _receive(run, group, rank)
         now = time.monotonic()
         for r in group.alive():
             code = r.proc.poll()
             if code is None:
                 continue
             while not r.conn.closed and r.conn.poll():  # its last words (its result)
-                _receive(run, r)
+                _receive(run, group, r)
             r.exit_code = code
             if r.result is None or code != 0 or r.result["status"] not in ENDED_WELL:
                 how = _ending(r)
@@ -200,7 +204,7 @@ def _supervise(run: TrialRun, group: _Group) -> None:
             group.kill()
 
 
-def _receive(run: TrialRun, rank: _Rank) -> None:
+def _receive(run: TrialRun, group: _Group, rank: _Rank) -> None:
     try:
         message = rank.conn.recv()
     except (EOFError, OSError):
@@ -211,7 +215,11 @@ def _receive(run: TrialRun, rank: _Rank) -> None:
         _, _, rank.ended_at, rank.result = message
     elif kind == "report":
         _, epoch, value = message
-        _send(rank, ("decision", run.report(epoch, value)))
+        decision = run.report(epoch, value)
+        # A stop asked for by now reaches rank 0 before the decision, so the ranks stop at the
+        # epoch's end (the checkpoint the report follows), not some steps into the next one.
+        group.pass_stop(run)
+        _send(rank, ("decision", decision))
     elif kind == "checkpoint":
         _send(rank, _save_checkpoint(run, message[1]))
 
