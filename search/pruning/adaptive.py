@@ -20,6 +20,12 @@ range-restricted sample, so its rho sits below the population's even where the r
 sound. `THRESHOLD` and `MIN_PAIRS` were set on the development suite of LCBench
 (bench/efficiency/design.py, bench/BENCHMARKS.md "Design on the development suite").
 
+Ten pairs are few (rho's standard error there is about 0.25): a kept rung is judged again on
+the first 2 x and 4 x `MIN_PAIRS` trials (`RECHECKS`), and retired if it fails any of the
+three. On LCBench 126029, seed 2, the first 10 trials gave 0.76, the first 20 gave 0.40, and
+the study, which kept its first rung, ended 7 points below the other seeds
+(bench/BENCHMARKS.md "A kept rung judged again").
+
 The same function decides in the simulation (bench/efficiency/simulate.py) and in the
 workers (`search.worker.budget_and_promotion.Promoter`, from the study's `trial_rungs` rows).
 
@@ -45,6 +51,7 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "MIN_PAIRS",
+    "RECHECKS",
     "THRESHOLD",
     "RungSchedule",
     "first_active_level",
@@ -59,6 +66,9 @@ better on both, bench/BENCHMARKS.md)."""
 
 MIN_PAIRS = 10
 """Trials that must have reached both rungs before the correlation is trusted."""
+
+RECHECKS = 2
+"""How many times a kept rung is judged again, each time on twice as many trials (10, 20, 40)."""
 
 
 def _ranks(values: Sequence[float]) -> list[float]:
@@ -127,6 +137,11 @@ def rung_correlations(
     return out
 
 
+def judged_at(min_pairs: int, rechecks: int) -> list[int]:
+    """The numbers of trials (at both rungs) on which a pair of rungs is judged."""
+    return [min_pairs * 2**k for k in range(rechecks + 1)]
+
+
 def first_active_level(
     levels: Sequence[int],
     rows: Iterable[tuple[int, int, float]],
@@ -134,28 +149,38 @@ def first_active_level(
     maximize: bool,
     threshold: float = THRESHOLD,
     min_pairs: int = MIN_PAIRS,
+    rechecks: int = RECHECKS,
 ) -> int | None:
-    """The lowest rung level at which new trials pause: from the bottom up, each rung whose
-    values rank the first `min_pairs` trials that reached it and the next rung with a Spearman
-    correlation below `threshold` is retired (a NaN correlation, all values tied, is trusted).
+    """The lowest rung level at which new trials pause: from the bottom up, a rung is retired
+    when the values of the first n trials (by trial id) that reached it and the next rung rank
+    them with a Spearman correlation below `threshold`, for any n of `judged_at(min_pairs,
+    rechecks)` that so many trials have reached (a NaN correlation, all values tied, is trusted).
 
     `levels`: one bracket's rung levels, ascending, below the full training length; the last
-    rung has no rung above it to be judged against and is never retired. The decision for a
-    pair is taken once, on its first `min_pairs` trials, so it never goes back as the study
-    grows (a later trial with a lower id promoted late can change it, rarely)."""
+    rung has no rung above it to be judged against and is never retired. Each judgement is on
+    a fixed set of trials, so it never goes back as the study grows (a later trial with a lower
+    id promoted late can change it, rarely)."""
     if not levels:
         return None
-    for low, pairs, rho in rung_correlations(levels, rows, maximize=maximize, min_pairs=min_pairs):
-        if pairs >= min_pairs and not math.isnan(rho) and rho < threshold:
+    at = _by_level(rows, maximize)
+    for low, high in itertools.pairwise(levels):
+        a, b = at.get(low, {}), at.get(high, {})
+        both = sorted(set(a) & set(b))
+        rhos = [
+            spearman([a[t] for t in both[:n]], [b[t] for t in both[:n]])
+            for n in judged_at(min_pairs, rechecks)
+            if len(both) >= n
+        ]
+        if any(rho < threshold for rho in rhos if not math.isnan(rho)):
             continue  # retired: judge the next pair
         return low
     return levels[-1]
 
 
 class RungSchedule:
-    """One study's lowest active rung, as a worker keeps it: `first_level(rows)` from the
-    rung table's rows, until the decision is settled (the lowest kept rung was judged on
-    `min_pairs` trials, or it is the last rung); after that it reads nothing more.
+    """One study's lowest active rung, as a worker keeps it: `first_active_level` of the rung
+    table's rows, until the decision is settled (the lowest kept rung was judged on all its
+    trials, the last of `judged_at`, or it is the last rung); after that it reads nothing more.
 
     Only single-bracket ASHA adapts (Hyperband's brackets already start higher)."""
 
@@ -166,9 +191,11 @@ class RungSchedule:
         maximize: bool,
         threshold: float = THRESHOLD,
         min_pairs: int = MIN_PAIRS,
+        rechecks: int = RECHECKS,
     ) -> None:
         self.levels = list(levels)
         self.maximize, self.threshold, self.min_pairs = maximize, threshold, min_pairs
+        self.rechecks = rechecks
         self.level: int | None = self.levels[0] if self.levels else None
         self.settled = len(self.levels) <= 1
 
@@ -184,23 +211,22 @@ class RungSchedule:
             maximize=self.maximize,
             threshold=self.threshold,
             min_pairs=self.min_pairs,
+            rechecks=self.rechecks,
         )
         order = {lvl: i for i, lvl in enumerate(self.levels)}
         if self.level is not None and level is not None and order[level] > order[self.level]:
             self.level = level
-        # Settled: the kept rung's pair was judged on min_pairs trials, or no pair is left.
+        # Settled: the kept rung's pair was judged on its last set of trials, or no pair is left.
         assert self.level is not None
         index = order[self.level]
         if index == len(self.levels) - 1:
             self.settled = True
         else:
+            last = judged_at(self.min_pairs, self.rechecks)[-1]
             pairs = rung_correlations(
-                self.levels[index : index + 2],
-                rows,
-                maximize=self.maximize,
-                min_pairs=self.min_pairs,
+                self.levels[index : index + 2], rows, maximize=self.maximize, min_pairs=last
             )[0][1]
-            self.settled = pairs >= self.min_pairs
+            self.settled = pairs >= last
         return self.level
 
     def pauses_at(self, epoch: int) -> bool:

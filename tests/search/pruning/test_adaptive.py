@@ -72,9 +72,36 @@ def test_the_decision_is_taken_on_the_first_trials_that_reached_both_rungs() -> 
     assert schedule.update(rows(1, UP[:5]) + rows(3, DOWN[:5])) == 1 and not schedule.settled
     assert schedule.update(first) == 3 and not schedule.settled  # 3 vs 9 not judged yet
     assert schedule.pauses_at(9) and not schedule.pauses_at(1) and not schedule.pauses_at(2)
-    agree_up = first + rows(9, [v + 1 for v in DOWN])  # 3 and 9 agree: 3 stays, for good
-    assert schedule.update(agree_up) == 3 and schedule.settled
-    assert schedule.update(agree_up + rows(9, UP, first_id=200)) == 3
+    agree_up = first + rows(9, [v + 1 for v in DOWN])  # 3 and 9 agree on 10 trials: kept
+    assert schedule.update(agree_up) == 3 and not schedule.settled  # judged again at 20, 40
+    settled = agree_up
+    for first_id in (10, 20, 30):  # 40 trials at rungs 3 and 9, all agreeing
+        settled = settled + rows(3, DOWN, first_id=first_id) + rows(9, DOWN, first_id=first_id)
+        settled += rows(1, UP, first_id=first_id)
+    assert schedule.update(settled) == 3 and schedule.settled
+    assert schedule.update(settled + rows(9, UP, first_id=200)) == 3
+
+
+def test_a_rung_kept_on_its_first_ten_trials_is_retired_when_twenty_or_forty_say_it_misleads() -> (
+    None
+):
+    """Ten pairs are few: a rung the first 10 trials vouch for is judged again on 20 and 40."""
+    levels = [1, 3, 9]
+    ids = list(range(40))
+    at_1 = [float(i) for i in ids]
+    # Trials 10-19 rank the other way at rung 3: the first 20 no longer agree (rho -0.74).
+    twenty = rows(1, at_1[:20]) + rows(3, UP + [-v for v in UP])
+    assert first_active_level(levels, twenty[:10] + twenty[20:30], maximize=True) == 1
+    assert first_active_level(levels, twenty, maximize=True) == 3
+    # The first 20 agree and 21-40 reverse: retired at 40 (rho 0.04), not before.
+    at_3 = at_1[:20] + [19.5 - i for i in range(20)]
+    forty = rows(1, at_1) + rows(3, at_3)
+    schedule = RungSchedule(levels, maximize=True)
+    assert schedule.update(rows(1, at_1[:39]) + rows(3, at_3[:39])) == 1
+    assert not schedule.settled
+    assert schedule.update(forty) == 3
+    # Without rechecks the first 10 decide, as before.
+    assert first_active_level(levels, twenty, maximize=True, rechecks=0) == 1
 
 
 def inverted(run: TrialRun) -> TrialOutcome:
