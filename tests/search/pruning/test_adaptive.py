@@ -82,13 +82,10 @@ def test_the_decision_is_taken_on_the_first_trials_that_reached_both_rungs() -> 
     assert schedule.update(settled + rows(9, UP, first_id=200)) == 3
 
 
-def test_a_rung_kept_on_its_first_ten_trials_is_retired_when_twenty_or_forty_say_it_misleads() -> (
-    None
-):
+def test_a_rung_kept_on_10_trials_is_judged_again_on_20_and_40() -> None:
     """Ten pairs are few: a rung the first 10 trials vouch for is judged again on 20 and 40."""
     levels = [1, 3, 9]
-    ids = list(range(40))
-    at_1 = [float(i) for i in ids]
+    at_1 = [float(i) for i in range(40)]
     # Trials 10-19 rank the other way at rung 3: the first 20 no longer agree (rho -0.74).
     twenty = rows(1, at_1[:20]) + rows(3, UP + [-v for v in UP])
     assert first_active_level(levels, twenty[:10] + twenty[20:30], maximize=True) == 1
