@@ -215,7 +215,7 @@ def _die_with_launcher() -> None:
         return
 
 
-def main() -> int:
+def main() -> NoReturn:
     """One rank: join the group, get the spec, train, send the result."""
     _die_with_launcher()
     me = int(os.environ["RANK"])
