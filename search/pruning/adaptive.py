@@ -116,6 +116,19 @@ def _by_level(
     return out
 
 
+def _paired(
+    at: dict[int, dict[int, float]], low: int, high: int
+) -> tuple[dict[int, float], dict[int, float], list[int]]:
+    """Rung `low`'s and rung `high`'s scores by trial, and the trials at both, by trial id."""
+    a, b = at.get(low, {}), at.get(high, {})
+    return a, b, sorted(set(a) & set(b))
+
+
+def _rho(a: dict[int, float], b: dict[int, float], trials: Sequence[int]) -> float:
+    """Spearman's rho of `trials`' scores at two rungs."""
+    return spearman([a[t] for t in trials], [b[t] for t in trials])
+
+
 def rung_correlations(
     levels: Sequence[int],
     rows: Iterable[tuple[int, int, float]],
@@ -130,10 +143,9 @@ def rung_correlations(
     at = _by_level(rows, maximize)
     out = []
     for low, high in itertools.pairwise(levels):
-        a, b = at.get(low, {}), at.get(high, {})
-        both = sorted(set(a) & set(b))[:min_pairs]
-        rho = spearman([a[t] for t in both], [b[t] for t in both])
-        out.append((low, len(both), rho))
+        a, b, both = _paired(at, low, high)
+        first = both[:min_pairs]
+        out.append((low, len(first), _rho(a, b, first)))
     return out
 
 
@@ -160,17 +172,21 @@ def first_active_level(
     rung has no rung above it to be judged against and is never retired. Each judgement is on
     a fixed set of trials, so it never goes back as the study grows (a later trial with a lower
     id promoted late can change it, rarely)."""
+    return _first_active(
+        levels, _by_level(rows, maximize), threshold, judged_at(min_pairs, rechecks)
+    )
+
+
+def _first_active(
+    levels: Sequence[int], at: dict[int, dict[int, float]], threshold: float, sizes: list[int]
+) -> int | None:
+    """`first_active_level` of the scores `at` each rung, judged on the first n trials for each
+    n of `sizes`."""
     if not levels:
         return None
-    at = _by_level(rows, maximize)
     for low, high in itertools.pairwise(levels):
-        a, b = at.get(low, {}), at.get(high, {})
-        both = sorted(set(a) & set(b))
-        rhos = [
-            spearman([a[t] for t in both[:n]], [b[t] for t in both[:n]])
-            for n in judged_at(min_pairs, rechecks)
-            if len(both) >= n
-        ]
+        a, b, both = _paired(at, low, high)
+        rhos = [_rho(a, b, both[:n]) for n in sizes if len(both) >= n]
         if any(rho < threshold for rho in rhos if not math.isnan(rho)):
             continue  # retired: judge the next pair
         return low
@@ -204,15 +220,9 @@ class RungSchedule:
         only moves up. Sets `settled` once it cannot move any more."""
         if self.settled:
             return self.level
-        rows = list(rows)
-        level = first_active_level(
-            self.levels,
-            rows,
-            maximize=self.maximize,
-            threshold=self.threshold,
-            min_pairs=self.min_pairs,
-            rechecks=self.rechecks,
-        )
+        at = _by_level(rows, self.maximize)
+        sizes = judged_at(self.min_pairs, self.rechecks)
+        level = _first_active(self.levels, at, self.threshold, sizes)
         order = {lvl: i for i, lvl in enumerate(self.levels)}
         if self.level is not None and level is not None and order[level] > order[self.level]:
             self.level = level
@@ -222,11 +232,8 @@ class RungSchedule:
         if index == len(self.levels) - 1:
             self.settled = True
         else:
-            last = judged_at(self.min_pairs, self.rechecks)[-1]
-            pairs = rung_correlations(
-                self.levels[index : index + 2], rows, maximize=self.maximize, min_pairs=last
-            )[0][1]
-            self.settled = pairs >= last
+            both = _paired(at, self.levels[index], self.levels[index + 1])[2]
+            self.settled = len(both) >= sizes[-1]
         return self.level
 
     def pauses_at(self, epoch: int) -> bool:
