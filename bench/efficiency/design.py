@@ -127,9 +127,14 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # one-layer trials do not propose together. Measured before with prior weight 1 on three
     # instances (stuck on 189873); here with the default's prior of 3.
     "mv": {"kind": "asha", "real": True, "tpe": {"multivariate": True}},
+    # The default's rung rule judging a kept rung on its first 10 trials only (as before
+    # d92ba35), or again on the first 20 (the default: again on 20 and 40; `rung_rule`: keyword
+    # arguments of search.pruning.adaptive.RungSchedule over the default's).
+    "recheck0": {"kind": "asha", "real": True, "rung_rule": {"rechecks": 0}},
+    "recheck1": {"kind": "asha", "real": True, "rung_rule": {"rechecks": 1}},
 }
 
-CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay")
+CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
 """The changes to the default `run_candidate` makes (keys of a strategy's spec)."""
 
 CODE = {
@@ -325,7 +330,8 @@ def run_candidate(
       score; a fully trained trial's value is its own;
     - ``random_share``: that share of trials drawn uniformly at random
       (`variants.RandomFraction`), ranked at the rungs and seen by TPE like the others;
-    - ``tpe``: Optuna `TPESampler` keyword arguments over the default's (``prior_weight``).
+    - ``tpe``: Optuna `TPESampler` keyword arguments over the default's (``prior_weight``);
+    - ``rung_rule``: `RungSchedule` keyword arguments over the default's (``rechecks``).
     """
     import optuna
 
@@ -357,7 +363,7 @@ def run_candidate(
         sampler.inner.prior_decay = spec["prior_decay"]
     if spec.get("random_share"):
         sampler = RandomFraction(sampler, seed, spec["random_share"])
-    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS}
+    adapt = {"threshold": THRESHOLD, "min_pairs": MIN_PAIRS, **spec.get("rung_rule", {})}
     return asha_study(curve_of, sampler, budget, seed, adapt=adapt, **spec.get("schedule", {}))
 
 
