@@ -265,13 +265,17 @@ class Promoter:
                 self.storage, self.study.study_id, worker_id, best.trial_id, best.level
             )
             if claim is not None:
+                rule = (
+                    f"in the top ceil(n/{self.eta}) there, the draining rule: {why}"
+                    if draining
+                    else f"in the top 1/{self.eta} there"
+                )
                 logger.info(
-                    "trial %d: promoted from rung %d (value %.4g, in the top 1/%d there%s)",
+                    "trial %d: promoted from rung %d (value %.4g, %s)",
                     claim.number,
                     best.level,
                     best.value,
-                    self.eta,
-                    f"; {why}" if draining else "",
+                    rule,
                 )
                 return claim
         return None

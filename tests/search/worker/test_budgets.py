@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -109,7 +110,7 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
 
 
 def test_the_last_epochs_of_a_small_budget_finish_the_best_paused_trial(
-    storage_url: str, study_name: str
+    storage_url: str, study_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """9 epochs a trial, ASHA's rungs at 1 and 3: promotion alone trains a trial fully only
     after 18-21 epochs here (seven to nine trials at rung 1, three of them to rung 3, one on
@@ -118,7 +119,12 @@ def test_the_last_epochs_of_a_small_budget_finish_the_best_paused_trial(
     to the end."""
     storage = open_storage(storage_url, create=True)
     ref, _ = create_study(storage, make_config(study_name, ASHA, budget_epochs=15, seed=0))
+    caplog.set_level(logging.INFO, logger="search")
     assert run_one_worker(storage_url, study_name) == 0
+    # The log says which rule promoted them: ceil(n/eta) there, not the top 1/eta.
+    drained = [r.getMessage() for r in caplog.records if "draining rule" in r.getMessage()]
+    assert drained, "no promotion was logged as the draining rule's"
+    assert all("top ceil(n/3)" in m and "cannot train a new trial fully" in m for m in drained)
 
     trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
     assert epochs_used(storage_url, ref.study_id) == 15
