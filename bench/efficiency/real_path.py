@@ -27,6 +27,7 @@ __all__ = [
     "EpochLog",
     "SurrogateTrial",
     "close_pool",
+    "full_training",
     "hpsearch_study",
     "run_hpsearch",
     "study_config",
@@ -40,6 +41,15 @@ def has_epoch_budget() -> bool:
     from search.study.settings import StudySettings
 
     return any(f.name == "budget_epochs" for f in fields(StudySettings))
+
+
+def full_training(benchmark: str) -> int:
+    """The epochs of one fully trained trial of a benchmark (the shortest useful budget)."""
+    if benchmark == "lcbench":
+        from bench.efficiency.lcbench import EPOCHS
+
+        return EPOCHS
+    return DIGITS_EPOCHS
 
 
 def study_config(
@@ -58,19 +68,18 @@ def study_config(
 
     maximize = True
     if benchmark == "lcbench":
-        from bench.efficiency.lcbench import EPOCHS, METRICS, SPACE
+        from bench.efficiency.lcbench import METRICS, SPACE
 
         maximize = METRICS[metric]
-        task = {"name": "bench.efficiency.task:make_task", "epochs": EPOCHS}
         space = SPACE
     else:
-        task = {"name": "bench.efficiency.task:make_task", "epochs": DIGITS_EPOCHS}
         space = {
             "lr": {"type": "float", "low": 1e-5, "high": 1.0, "log": True},
             "weight_decay": {"type": "float", "low": 1e-6, "high": 1e-1, "log": True},
             "width": {"type": "int", "low": 8, "high": 128, "log": True},
             "dropout": {"type": "float", "low": 0.0, "high": 0.5},
         }
+    task = {"name": "bench.efficiency.task:make_task", "epochs": full_training(benchmark)}
     study: dict[str, Any] = {
         "name": name,
         "direction": "maximize" if maximize else "minimize",

@@ -480,6 +480,8 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
             return f"{flag}: must be at least 1, got {value}"
     if not args.time_scale > 0:
         return f"--time-scale: must be above 0, got {args.time_scale}"
+    from bench.efficiency.real_path import full_training
+
     full = full_training(args.benchmark)
     if args.budget_epochs is not None and args.budget_epochs < full:
         return (
@@ -487,17 +489,6 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
             f"({full} epochs on {args.benchmark}): no trial could finish"
         )
     return None
-
-
-def full_training(benchmark: str) -> int:
-    """The epochs of one fully trained trial of a benchmark (the shortest useful budget)."""
-    if benchmark == "digits":
-        from bench.efficiency.real_path import DIGITS_EPOCHS
-
-        return DIGITS_EPOCHS
-    from bench.efficiency.lcbench import EPOCHS
-
-    return EPOCHS
 
 
 def _bad_choices(args: argparse.Namespace) -> str | None:
