@@ -140,6 +140,9 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # below the five-layer ones).
     "hedge20": {"kind": "asha", "real": True, "hedge": 20},
     "hedge40": {"kind": "asha", "real": True, "hedge": 40},
+    # ... from trial `hedge_from` on only: none among the first trials, where the speedup to
+    # random search's final is decided (a hedge at trial 39 costs 50 of its ~500 epochs).
+    "hedge40-late": {"kind": "asha", "real": True, "hedge": 40, "hedge_from": 79},
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
@@ -384,17 +387,18 @@ def run_hedged(
     name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
 ) -> Run:
     """The default (`run_candidate`) hedged: trials number h - 1, 2h - 1, ... (h: the spec's
-    ``hedge``) drawn at random and trained fully without pausing at a rung; TPE sees them like
-    the others. `asha_study` is left as it is: the sampler `make_variant` returns is wrapped
-    (`_Hedge`), and the rung rule it builds (`_HedgedSchedule`) reads no rung for such a trial."""
+    ``hedge``; from ``hedge_from`` on, if given) drawn at random and trained fully without
+    pausing at a rung; TPE sees them like the others. `asha_study` is left as it is: the
+    sampler `make_variant` returns is wrapped (`_Hedge`), and the rung rule it builds
+    (`_HedgedSchedule`) reads no rung for such a trial."""
     import bench.efficiency.variants as variants
     import search.pruning.adaptive as adaptive
 
-    every = STRATEGIES[name]["hedge"]
+    every, first = STRATEGIES[name]["hedge"], STRATEGIES[name].get("hedge_from", 0)
     made = variants.make_variant
 
     def hedged(variant: dict[str, Any], seed: int) -> Any:
-        return _Hedge(made(variant, seed), seed, every)
+        return _Hedge(made(variant, seed), seed, every, first)
 
     variants.make_variant, adaptive.RungSchedule = hedged, _HedgedSchedule
     try:
@@ -408,14 +412,15 @@ _HEDGE = {"next": False}
 
 
 class _Hedge(_RandomFraction):
-    """Trials number every - 1, 2 x every - 1, ... drawn at random (and flagged `_HEDGE`)."""
+    """Trials number every - 1, 2 x every - 1, ... from `first` on drawn at random (and flagged
+    `_HEDGE`)."""
 
-    def __init__(self, inner: Any, seed: int, every: int) -> None:
+    def __init__(self, inner: Any, seed: int, every: int, first: int = 0) -> None:
         super().__init__(inner, seed, 0.0)
-        self.every = every
+        self.every, self.first = every, first
 
     def _at_random(self, trial: Any) -> bool:
-        return trial.number % self.every == self.every - 1
+        return trial.number >= self.first and trial.number % self.every == self.every - 1
 
     def before_trial(self, study: Any, trial: Any) -> None:
         _HEDGE["next"] = self._at_random(trial)
