@@ -143,6 +143,11 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # ... from trial `hedge_from` on only: none among the first trials, where the speedup to
     # random search's final is decided (a hedge at trial 39 costs 50 of its ~500 epochs).
     "hedge40-late": {"kind": "asha", "real": True, "hedge": 40, "hedge_from": 79},
+    # ... started at rung ``hedge_level`` (judged there like the others) instead of trained
+    # fully: one trial in `hedge` in a Hyperband bracket that starts higher.
+    "hedge10-r9": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},
+    "hedge20-r9": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 9},
+    "hedge20-r27": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 27},
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
@@ -219,6 +224,8 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
             _source_hash(f) for f in (run_candidate, run_hedged, _Hedge, _HedgedSchedule)
         )
         version = f"{version}+{hedging}"
+    if spec.get("hedge_level"):
+        version = f"{version}+{_source_hash(run_hedged_at)}{_source_hash(_HedgedAtRung)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -450,6 +457,43 @@ class _HedgedSchedule(_RungSchedule):
             _HEDGE["next"] = flag
 
 
+def run_hedged_at(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """`run_hedged` whose hedged trials start at rung ``hedge_level`` of the spec (a higher
+    first rung, like a Hyperband bracket's) instead of training fully."""
+    import search.pruning.adaptive as adaptive
+
+    _HedgedAtRung.at = STRATEGIES[name]["hedge_level"]
+    hedged = _HedgedSchedule
+    globals()["_HedgedSchedule"] = _HedgedAtRung  # what `run_hedged` installs
+    try:
+        return run_hedged(name, instance, seed, budget, metric, data)
+    finally:
+        globals()["_HedgedSchedule"] = hedged
+        adaptive.RungSchedule = _RungSchedule
+
+
+class _HedgedAtRung(_HedgedSchedule):
+    """`_HedgedSchedule` whose hedged trial starts at rung `at` (or the lowest kept rung, if
+    higher) instead of none."""
+
+    at = 9
+
+    @property
+    def level(self) -> int | None:
+        if _HEDGE["next"]:
+            _HEDGE["next"] = False
+            if self._level is None or self.at not in self.levels:
+                return self._level
+            return max(self._level, self.at)
+        return self._level
+
+    @level.setter
+    def level(self, value: int | None) -> None:
+        self._level = value
+
+
 class _DecayingPrior(_TPE):
     """Optuna's TPE whose prior weighs `prior_decay` / (good trials), clipped to 1..3."""
 
@@ -471,7 +515,7 @@ def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, di
     spec = STRATEGIES[name]
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
-        study = run_hedged
+        study = run_hedged_at if spec.get("hedge_level") else run_hedged
     run = study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
