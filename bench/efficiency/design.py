@@ -24,6 +24,7 @@ instances.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -221,11 +222,10 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         version = f"{version}+{_source_hash(run_candidate)}"
     if spec.get("hedge"):
         hedging = "".join(
-            _source_hash(f) for f in (run_candidate, run_hedged, _Hedge, _HedgedSchedule)
+            _source_hash(f)
+            for f in (run_candidate, run_hedged, _Hedge, _HedgedSchedule, _HedgedAtRung)
         )
         version = f"{version}+{hedging}"
-    if spec.get("hedge_level"):
-        version = f"{version}+{_source_hash(run_hedged_at)}{_source_hash(_HedgedAtRung)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -395,19 +395,24 @@ def run_hedged(
 ) -> Run:
     """The default (`run_candidate`) hedged: trials number h - 1, 2h - 1, ... (h: the spec's
     ``hedge``; from ``hedge_from`` on, if given) drawn at random and trained fully without
-    pausing at a rung; TPE sees them like the others. `asha_study` is left as it is: the
-    sampler `make_variant` returns is wrapped (`_Hedge`), and the rung rule it builds
-    (`_HedgedSchedule`) reads no rung for such a trial."""
+    pausing at a rung, or first judged at rung ``hedge_level`` if given; TPE sees them like
+    the others. `asha_study` is left as it is: the sampler `make_variant` returns is wrapped
+    (`_Hedge`), and the rung rule it builds (`_HedgedSchedule`, `_HedgedAtRung`) reads no rung
+    (or that one) for such a trial."""
     import bench.efficiency.variants as variants
     import search.pruning.adaptive as adaptive
 
-    every, first = STRATEGIES[name]["hedge"], STRATEGIES[name].get("hedge_from", 0)
+    spec = STRATEGIES[name]
+    every, first = spec["hedge"], spec.get("hedge_from", 0)
     made = variants.make_variant
 
     def hedged(variant: dict[str, Any], seed: int) -> Any:
         return _Hedge(made(variant, seed), seed, every, first)
 
-    variants.make_variant, adaptive.RungSchedule = hedged, _HedgedSchedule
+    schedule: Any = _HedgedSchedule
+    if spec.get("hedge_level"):
+        schedule = functools.partial(_HedgedAtRung, at=spec["hedge_level"])
+    variants.make_variant, adaptive.RungSchedule = hedged, schedule
     try:
         return run_candidate(name, instance, seed, budget, metric, data)
     finally:
@@ -442,12 +447,16 @@ class _HedgedSchedule(_RungSchedule):
     def level(self) -> int | None:
         if _HEDGE["next"]:
             _HEDGE["next"] = False
-            return None
+            return self.hedged_level()
         return self._level
 
     @level.setter
     def level(self, value: int | None) -> None:
         self._level = value
+
+    def hedged_level(self) -> int | None:
+        """The first rung of a hedged trial: none (it trains fully)."""
+        return None
 
     def update(self, rows: Any) -> int | None:
         flag, _HEDGE["next"] = _HEDGE["next"], False
@@ -457,41 +466,18 @@ class _HedgedSchedule(_RungSchedule):
             _HEDGE["next"] = flag
 
 
-def run_hedged_at(
-    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
-) -> Run:
-    """`run_hedged` whose hedged trials start at rung ``hedge_level`` of the spec (a higher
-    first rung, like a Hyperband bracket's) instead of training fully."""
-    import search.pruning.adaptive as adaptive
-
-    _HedgedAtRung.at = STRATEGIES[name]["hedge_level"]
-    hedged = _HedgedSchedule
-    globals()["_HedgedSchedule"] = _HedgedAtRung  # what `run_hedged` installs
-    try:
-        return run_hedged(name, instance, seed, budget, metric, data)
-    finally:
-        globals()["_HedgedSchedule"] = hedged
-        adaptive.RungSchedule = _RungSchedule
-
-
 class _HedgedAtRung(_HedgedSchedule):
-    """`_HedgedSchedule` whose hedged trial starts at rung `at` (or the lowest kept rung, if
-    higher) instead of none."""
+    """`_HedgedSchedule` whose hedged trial is first judged at rung `at` (or the lowest kept
+    rung, if higher) instead of training fully."""
 
-    at = 9
+    def __init__(self, *args: Any, at: int, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.at = at
 
-    @property
-    def level(self) -> int | None:
-        if _HEDGE["next"]:
-            _HEDGE["next"] = False
-            if self._level is None or self.at not in self.levels:
-                return self._level
-            return max(self._level, self.at)
-        return self._level
-
-    @level.setter
-    def level(self, value: int | None) -> None:
-        self._level = value
+    def hedged_level(self) -> int | None:
+        if self._level is None or self.at not in self.levels:
+            return self._level
+        return max(self._level, self.at)
 
 
 class _DecayingPrior(_TPE):
@@ -515,7 +501,7 @@ def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, di
     spec = STRATEGIES[name]
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
-        study = run_hedged_at if spec.get("hedge_level") else run_hedged
+        study = run_hedged
     run = study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
