@@ -149,6 +149,9 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "hedge10-r9": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},
     "hedge20-r9": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 9},
     "hedge20-r27": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 27},
+    # ... first judged at rung 3: 2 epochs past rung 1 per hedged trial where rung 9 costs 8.
+    "hedge10-r3": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 3},
+    "hedge5-r3": {"kind": "asha", "real": True, "hedge": 5, "hedge_level": 3},
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
