@@ -6,7 +6,10 @@ light, incremental view of the study's reports.
 - `storage`: `PruningStorage`, the study as Optuna's pruners read it (the trial cache);
 - `promotion`: promotion-based ASHA's rule alone (`Rungs`, `RungTable`): which paused trial a
   free worker resumes (the database side: `search.db.pauses`; the worker's:
-  `search.worker.budget_and_promotion`).
+  `search.worker.budget_and_promotion`);
+- `adaptive`: the rung rule (a rung that ranks trials unlike the next one is retired);
+- `hedge`: one trial in ten of a TPE + ASHA study drawn at random and first judged at the
+  third rung (against a model and rungs that settle on what starts fast).
 """
 
 from search.pruning.promotion import Paused, Rungs, RungTable

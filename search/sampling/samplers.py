@@ -28,6 +28,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from search.pruning.hedge import is_hedge
 from search.sampling import fast_tpe
 from search.sampling.bounded import bound
 from search.sampling.multifidelity import (
@@ -117,7 +118,9 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             message=r"`(gamma|prior_weight)` has been deprecated",
             category=FutureWarning,
         )
-        if name == "random":
+        # One trial in ten of a study fitted across fidelities is a hedge, drawn at random
+        # (search.pruning.hedge: against a model that settles on what starts fast).
+        if name == "random" or is_hedge(config, trial_number):
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
             # Constant liar: running trials count as bad results, so parallel workers spread

@@ -39,6 +39,7 @@ from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
 from search.pruning.adaptive import RungSchedule
+from search.pruning.hedge import hedged, study_hedge_level
 from search.pruning.promotion import Rungs
 from search.study.note import progress_line, refresh_progress_line
 from search.study.spending import budget_line, budget_spent, hours_since
@@ -203,6 +204,8 @@ class Promoter:
             RungSchedule(self.rungs.levels(0), maximize=self.maximize) if brackets == 1 else None
         )
         self._scheduled_for: int | None = None
+        # Hedged trials (drawn at random) first pause at a higher rung (search.pruning.hedge).
+        self.hedge_level = study_hedge_level(config)
 
     def bracket(self, number: int) -> int:
         return self.rungs.bracket_of(number, self.seed)
@@ -215,6 +218,8 @@ class Promoter:
         """Whether trial `number` stops at `epoch` unless promotable: a rung of its bracket
         that the rung schedule has not retired (may ask the database)."""
         if not self.at_rung(number, epoch):
+            return False
+        if self.hedge_level is not None and hedged(number) and epoch < self.hedge_level:
             return False
         schedule = self.schedule
         if schedule is None:

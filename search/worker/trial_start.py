@@ -22,6 +22,7 @@ from search.db.storage import Storage, is_transient
 from search.db.tables import stored_float
 from search.db.trial_changes import param_value
 from search.errors import RuntimeFailure, first_line
+from search.pruning.hedge import describe
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import derived_seed
 from search.study.studies import StudyRef
@@ -111,7 +112,13 @@ class TrialStarter:
                 _fmt_params(params),
             )
         else:
-            logger.info("trial %d: starting (params %s)", claim.number, _fmt_params(params))
+            hedge = describe(config, claim.number)
+            logger.info(
+                "trial %d: starting (params %s)%s",
+                claim.number,
+                _fmt_params(params),
+                f"; {hedge}" if hedge else "",
+            )
         self.progress.starting(claim.number)
         return run, reporter
 

@@ -15,6 +15,7 @@ from optuna.trial import TrialState, create_trial
 from bench.systems import sampler_cost
 from search.db.storage import Storage, open_storage
 from search.db.tables import trial_intermediate_values, trials
+from search.pruning.hedge import hedged
 from search.sampling.bounded import (
     START,
     BoundedFidelitySampler,
@@ -202,6 +203,10 @@ def test_the_workers_path_shows_tpe_what_looking_at_every_trial_showed(tmp_path:
     number = START + 40 + sampler_cost.RUNNING
     sampled_here = 0
     for step in range(6):
+        if hedged(number):  # drawn at random (search.pruning.hedge): no view to compare
+            assert isinstance(make_sampler(ref.config, number), optuna.samplers.RandomSampler)
+            sampler_cost.write_trials(storage, ref.study_id, [sampler_cost.asha_trial(rng)], number)
+            number += 1
         mirror.refresh()
         # Before: the same sampler, its view from the index that looks at every trial.
         before = make_sampler(ref.config, number)
