@@ -76,11 +76,17 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "random_fraction": 0.2,
     },
     "main-rf": {"kind": "asha", "min_points": 5, "random_fraction": 0.2},
-    # What search/ runs now (search.sampling.samplers.make_sampler and search.pruning.adaptive's
-    # defaults).
-    "default": {"kind": "asha", "real": True},
-    # Candidates on top of the default: a good set of at least 3 trials; 20 or 5 random trials
-    # first; the best 3% as the good set.
+    # What search/ runs now (search.sampling.samplers.make_sampler, search.pruning.adaptive's
+    # defaults, and one trial in ten a hedge: search.pruning.hedge, judged first at rung 9 of
+    # LCBench's 1, 3, 9, 27): hedge10-r9 below, taken on 2026-12-06 (bench/BENCHMARKS.md, "A
+    # cheaper hedge, and the rule that decides one").
+    "default": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},
+    # The default before the hedge: TPE across fidelities and ASHA with the rung rule. Every
+    # candidate below without "hedge" in its spec is a change to this one (they were measured
+    # against it when it was the default).
+    "unhedged": {"kind": "asha", "real": True},
+    # Candidates on top of the unhedged default: a good set of at least 3 trials; 20 or 5
+    # random trials first; the best 3% as the good set.
     "good-floor3": {"kind": "asha", "real": True, "good": "floor3"},
     "startup20": {"kind": "asha", "real": True, "startup": 20},
     "startup5": {"kind": "asha", "real": True, "startup": 5},
@@ -498,14 +504,21 @@ class _DecayingPrior(_TPE):
         return super()._build_parzen_estimator(study, search_space, trials, handle_below)
 
 
-def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
-    name, instance, seed, budget, metric, data, key = args
-    t0 = time.perf_counter()
+def run_study(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """One simulated study of strategy `name`, by the function its spec needs."""
     spec = STRATEGIES[name]
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
         study = run_hedged
-    run = study(name, instance, seed, budget, metric, data)
+    return study(name, instance, seed, budget, metric, data)
+
+
+def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, dict[str, Any]]:
+    name, instance, seed, budget, metric, data, key = args
+    t0 = time.perf_counter()
+    run = run_study(name, instance, seed, budget, metric, data)
     return key, {
         "finished": run.finished,
         "epochs": run.epochs,
@@ -694,9 +707,9 @@ def main(argv: list[str] | None = None) -> int:
         for inst in instances
         for name in names
     }
-    # main-default is derived from default where default never retired a rung: the two are
-    # then the same study, decision by decision (the schedule is the only difference).
-    derived = "main-default" in names and "default" in names
+    # main-default is derived from the unhedged default where that never retired a rung: the
+    # two are then the same study, decision by decision (the schedule is the only difference).
+    derived = "main-default" in names and "unhedged" in names
     first = [k for k in keys if not (derived and k[0] == "main-default")]
     t0 = time.perf_counter()
     if not args.report_only:
@@ -706,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         for (name, inst, seed), key in keys.items():
             if name != "main-default" or key in cached:
                 continue
-            mine = cached.get(keys[("default", inst, seed)])
+            mine = cached.get(keys[("unhedged", inst, seed)])
             if mine is not None and mine["extra"].get("first_rung") == 1:
                 cached[key] = {**mine, "key": key, "derived": True}
             else:
