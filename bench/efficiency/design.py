@@ -77,7 +77,7 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     },
     "main-rf": {"kind": "asha", "min_points": 5, "random_fraction": 0.2},
     # What search/ runs now (search.sampling.samplers.make_sampler, search.pruning.adaptive's
-    # defaults, and one trial in ten a hedge: search.pruning.hedge, judged first at rung 9 of
+    # defaults, and one trial in ten a hedge: search.sampling.hedge, judged first at rung 9 of
     # LCBench's 1, 3, 9, 27): hedge10-r9 below, taken on 2026-12-06 (bench/BENCHMARKS.md, "A
     # cheaper hedge, and the rule that decides one").
     "default": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},

@@ -7,9 +7,7 @@ light, incremental view of the study's reports.
 - `promotion`: promotion-based ASHA's rule alone (`Rungs`, `RungTable`): which paused trial a
   free worker resumes (the database side: `search.db.pauses`; the worker's:
   `search.worker.budget_and_promotion`);
-- `adaptive`: the rung rule (a rung that ranks trials unlike the next one is retired);
-- `hedge`: one trial in ten of a TPE + ASHA study drawn at random and first judged at the
-  third rung (against a model and rungs that settle on what starts fast).
+- `adaptive`: the rung rule (a rung that ranks trials unlike the next one is retired).
 """
 
 from search.pruning.promotion import Paused, Rungs, RungTable

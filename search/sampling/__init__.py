@@ -4,7 +4,9 @@
 - `sample_ahead`: `TrialSampler`, one process at a time topping the queue up;
   `queue_first_trials`, what `create` queues;
 - `mirror`: `StudyMirror`, the study's trials in memory for TPE, CMA-ES and GP;
-- `setup`: `set_up_study`, where a study begins (created, noted, first trials queued).
+- `setup`: `set_up_study`, where a study begins (created, noted, first trials queued);
+- `hedge`: one trial in ten of a TPE + ASHA study drawn at random and first judged at the
+  third rung (against a model and rungs that settle on what starts fast).
 """
 
 from search.sampling.mirror import StudyMirror

@@ -28,9 +28,9 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from search.pruning.hedge import is_hedge
 from search.sampling import fast_tpe
 from search.sampling.bounded import bound
+from search.sampling.hedge import is_hedge
 from search.sampling.multifidelity import (
     PRIOR_WEIGHT,
     across_fidelities,
@@ -119,7 +119,7 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             category=FutureWarning,
         )
         # One trial in ten of a study fitted across fidelities is a hedge, drawn at random
-        # (search.pruning.hedge: against a model that settles on what starts fast).
+        # (search.sampling.hedge: against a model that settles on what starts fast).
         if name == "random" or is_hedge(config, trial_number):
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":

@@ -39,8 +39,8 @@ from search.db.storage import Storage
 from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
 from search.pruning.adaptive import RungSchedule
-from search.pruning.hedge import hedged, study_hedge_level
 from search.pruning.promotion import Rungs
+from search.sampling.hedge import hedged, study_hedge_level
 from search.study.note import progress_line, refresh_progress_line
 from search.study.spending import budget_line, budget_spent, hours_since
 from search.study.studies import StudyRef
@@ -204,7 +204,7 @@ class Promoter:
             RungSchedule(self.rungs.levels(0), maximize=self.maximize) if brackets == 1 else None
         )
         self._scheduled_for: int | None = None
-        # Hedged trials (drawn at random) first pause at a higher rung (search.pruning.hedge).
+        # Hedged trials (drawn at random) first pause at a higher rung (search.sampling.hedge).
         self.hedge_level = study_hedge_level(config)
 
     def bracket(self, number: int) -> int:

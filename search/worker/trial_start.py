@@ -22,7 +22,7 @@ from search.db.storage import Storage, is_transient
 from search.db.tables import stored_float
 from search.db.trial_changes import param_value
 from search.errors import RuntimeFailure, first_line
-from search.pruning.hedge import describe
+from search.sampling.hedge import describe
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import derived_seed
 from search.study.studies import StudyRef

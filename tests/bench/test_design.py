@@ -165,7 +165,7 @@ def test_the_default_does_not_settle_on_one_layer_where_only_five_layers_reach_t
     prior (one trial's weight) TPE across fidelities settled on one layer within ~50 trials on
     seeds 7 and 9 and ended at 78-81%; hpsearch's heavier prior keeps the other values in play
     there, but without the hedge it still settles on seeds 13 and 33 (79.0 and 79.9; 5 of 40
-    seeds). One trial in ten drawn at random and first judged at rung 9 (search.pruning.hedge)
+    seeds). One trial in ten drawn at random and first judged at rung 9 (search.sampling.hedge)
     finds the five-layer networks: every one of these seeds ends above random search's mean."""
     code = (
         "import sys\n"

@@ -15,7 +15,6 @@ from optuna.trial import TrialState, create_trial
 from bench.systems import sampler_cost
 from search.db.storage import Storage, open_storage
 from search.db.tables import trial_intermediate_values, trials
-from search.pruning.hedge import hedged
 from search.sampling.bounded import (
     START,
     BoundedFidelitySampler,
@@ -23,6 +22,7 @@ from search.sampling.bounded import (
     bound,
     bounded_trials,
 )
+from search.sampling.hedge import hedged
 from search.sampling.mirror import StudyMirror
 from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, _StudyView, fidelity_view
 from search.sampling.samplers import make_sampler, suggest
@@ -203,7 +203,7 @@ def test_the_workers_path_shows_tpe_what_looking_at_every_trial_showed(tmp_path:
     number = START + 40 + sampler_cost.RUNNING
     sampled_here = 0
     for step in range(6):
-        if hedged(number):  # drawn at random (search.pruning.hedge): no view to compare
+        if hedged(number):  # drawn at random (search.sampling.hedge): no view to compare
             assert isinstance(make_sampler(ref.config, number), optuna.samplers.RandomSampler)
             sampler_cost.write_trials(storage, ref.study_id, [sampler_cost.asha_trial(rng)], number)
             number += 1

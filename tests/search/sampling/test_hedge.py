@@ -11,7 +11,7 @@ import pytest
 
 from search.db import pauses
 from search.db.storage import open_storage
-from search.pruning.hedge import describe, hedged, study_hedge_level
+from search.sampling.hedge import describe, hedged, study_hedge_level
 from search.sampling.samplers import make_sampler
 from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study

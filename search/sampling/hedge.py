@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from search.pruning.promotion import Rungs
+from search.sampling.multifidelity import uses_fidelities
 
 __all__ = ["EVERY", "RUNG", "describe", "hedge_level", "hedged", "is_hedge", "study_hedge_level"]
 
@@ -62,9 +63,6 @@ def hedge_level(levels: Sequence[int]) -> int | None:
 
 def study_hedge_level(config: Any) -> int | None:
     """The first rung of a study's hedged trials (a StudyConfig), or None if it hedges none."""
-    # Imported here: search.sampling's samplers import this module.
-    from search.sampling.multifidelity import uses_fidelities
-
     p = config.pruner
     if p.type != "asha" or not uses_fidelities(config):
         return None
@@ -83,5 +81,5 @@ def describe(config: Any, number: int) -> str | None:
         return None
     return (
         f"a hedge: drawn at random, first judged at epoch {level} "
-        f"(one trial in {EVERY}, search.pruning.hedge)"
+        f"(one trial in {EVERY}, search.sampling.hedge)"
     )
