@@ -40,10 +40,12 @@ import numpy as np
 from optuna.samplers import TPESampler as _TPE
 
 from bench.efficiency.lcbench import METRICS
+from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
 from bench.efficiency.variants import RandomFraction as _RandomFraction
 from bench.stamp import append_line, write_json
 from search.pruning.adaptive import RungSchedule as _RungSchedule
+from search.sampling import hedge
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,7 +82,13 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # defaults, and one trial in ten a hedge: search.sampling.hedge, judged first at rung 9 of
     # LCBench's 1, 3, 9, 27): hedge10-r9 below, taken on 2026-12-06 (bench/BENCHMARKS.md, "A
     # cheaper hedge, and the rule that decides one").
-    "default": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},
+    "default": {
+        "kind": "asha",
+        "real": True,
+        "hedge": hedge.EVERY,
+        # The third of asha_study's rungs (min_resource 1, eta 3, below LCBench's 50 epochs).
+        "hedge_level": hedge.hedge_level(rungs(1, 3)[:-1]),
+    },
     # The default before the hedge: TPE across fidelities and ASHA with the rung rule. Every
     # candidate below without "hedge" in its spec is a change to this one (they were measured
     # against it when it was the default).
