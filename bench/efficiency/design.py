@@ -166,6 +166,16 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # ... first judged at rung 3: 2 epochs past rung 1 per hedged trial where rung 9 costs 8.
     "hedge10-r3": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 3},
     "hedge5-r3": {"kind": "asha", "real": True, "hedge": 5, "hedge_level": 3},
+    # The default (hedge10-r9) with its hedged trials out of TPE's view until they finish
+    # (`_hide_hedged`): a random draw paused at rung 9 neither enters the good set nor sets the
+    # epoch the model is fitted at; one that trains to the end is seen with its final value.
+    "hedge10-r9-hidden": {
+        "kind": "asha",
+        "real": True,
+        "hedge": 10,
+        "hedge_level": 9,
+        "hedge_hidden": True,
+    },
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
@@ -243,6 +253,8 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
             for f in (run_candidate, run_hedged, _Hedge, _HedgedSchedule, _HedgedAtRung)
         )
         version = f"{version}+{hedging}"
+    if spec.get("hedge_hidden"):
+        version = f"{version}+{_source_hash(run_hedged_hidden)}{_source_hash(_hide_hedged)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -436,6 +448,37 @@ def run_hedged(
         variants.make_variant, adaptive.RungSchedule = made, _RungSchedule
 
 
+def run_hedged_hidden(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """`run_hedged` with the hedged trials out of the sampler's view until they finish
+    (`_hide_hedged` over `multifidelity.fidelity_view`)."""
+    import search.sampling.multifidelity as multifidelity
+
+    spec = STRATEGIES[name]
+    view = multifidelity.fidelity_view
+    hide = functools.partial(_hide_hedged, view, spec["hedge"], spec.get("hedge_from", 0))
+    multifidelity.fidelity_view = hide
+    try:
+        return run_hedged(name, instance, seed, budget, metric, data)
+    finally:
+        multifidelity.fidelity_view = view
+
+
+def _hide_hedged(
+    view: Any, every: int, first: int, trials: Any, mode: Any, min_points: int
+) -> list[Any]:
+    """`view` (multifidelity.fidelity_view) of `trials` without the hedged ones (numbers
+    every - 1, 2 x every - 1, ... from `first` on) that have not finished."""
+    from optuna.trial import TrialState
+
+    def hidden(t: Any) -> bool:
+        return t.number >= first and t.number % every == every - 1
+
+    shown = [t for t in trials if t.state == TrialState.COMPLETE or not hidden(t)]
+    return view(shown, mode, min_points)
+
+
 _HEDGE = {"next": False}
 """Set by `_Hedge` when it draws a trial at random; read by `_HedgedSchedule` once."""
 
@@ -519,7 +562,7 @@ def run_study(
     spec = STRATEGIES[name]
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
-        study = run_hedged
+        study = run_hedged_hidden if spec.get("hedge_hidden") else run_hedged
     return study(name, instance, seed, budget, metric, data)
 
 
