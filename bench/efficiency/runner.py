@@ -617,6 +617,13 @@ def main(argv: list[str] | None = None) -> int:
             ensure_venv()
         except SmacUnavailable as exc:
             return _bad_input(f"smac-mf: {exc}")
+    if args.storage and not args.report_only:
+        from search.db.storage import StorageError, open_storage
+
+        try:  # a missing database: one line, before any study starts
+            open_storage(args.storage).close()
+        except StorageError as exc:
+            return _bad_input(f"--storage: {exc}")
     seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(

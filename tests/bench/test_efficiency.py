@@ -160,6 +160,12 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
         (["--time-scale", "0"], "--time-scale: must be above 0"),
         (["--strategies", "nope"], "--strategies: unknown or not for lcbench: nope"),
         (["--reference", "missing.json"], "--reference: cannot read missing.json"),
+        (
+            # A database that was never created (`createdb` first): the password masked.
+            ["--storage", "postgresql+psycopg://postgres:secret@127.0.0.1:5432/hpsearch_no_db"],
+            "--storage: cannot reach the database at "
+            "postgresql+psycopg://postgres:***@127.0.0.1:5432/hpsearch_no_db: connection failed",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_exit_2_and_nothing_written(
