@@ -617,13 +617,6 @@ def main(argv: list[str] | None = None) -> int:
             ensure_venv()
         except SmacUnavailable as exc:
             return _bad_input(f"smac-mf: {exc}")
-    if args.storage and not args.report_only:
-        from search.db.storage import StorageError, open_storage
-
-        try:  # a missing database: one line, before any study starts
-            open_storage(args.storage).close()
-        except StorageError as exc:
-            return _bad_input(f"--storage: {exc}")
     seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(
@@ -657,6 +650,13 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault((job.instance, job.strategy), []).append(run)
         elif not args.report_only:
             todo.append(job)
+    if args.storage and any(_family(job.strategy) == "hpsearch" for job in todo):
+        from search.db.storage import StorageError, open_storage
+
+        try:  # a missing database: one line, before any study that needs it starts
+            open_storage(args.storage).close()
+        except StorageError as exc:
+            return _bad_input(f"--storage: {exc}")
     if args.report_only:
         strategies = [s for s in strategies if any((i, s) in results for i in instances)]
         instances = [i for i in instances if (i, "random") in results or reference]
