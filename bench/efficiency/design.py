@@ -457,25 +457,21 @@ def run_hedged_hidden(
 
     spec = STRATEGIES[name]
     view = multifidelity.fidelity_view
-    hide = functools.partial(_hide_hedged, view, spec["hedge"], spec.get("hedge_from", 0))
-    multifidelity.fidelity_view = hide
+    # Which trials are hedged: the rule of the `_Hedge` that `run_hedged` wraps the sampler in.
+    hedged = _Hedge(None, seed, spec["hedge"], spec.get("hedge_from", 0))._at_random
+    multifidelity.fidelity_view = functools.partial(_hide_hedged, view, hedged)
     try:
         return run_hedged(name, instance, seed, budget, metric, data)
     finally:
         multifidelity.fidelity_view = view
 
 
-def _hide_hedged(
-    view: Any, every: int, first: int, trials: Any, mode: Any, min_points: int
-) -> list[Any]:
-    """`view` (multifidelity.fidelity_view) of `trials` without the hedged ones (numbers
-    every - 1, 2 x every - 1, ... from `first` on) that have not finished."""
+def _hide_hedged(view: Any, hedged: Any, trials: Any, mode: Any, min_points: int) -> list[Any]:
+    """`view` (multifidelity.fidelity_view) of `trials` without the ones `hedged` (a trial ->
+    bool) that have not finished."""
     from optuna.trial import TrialState
 
-    def hidden(t: Any) -> bool:
-        return t.number >= first and t.number % every == every - 1
-
-    shown = [t for t in trials if t.state == TrialState.COMPLETE or not hidden(t)]
+    shown = [t for t in trials if t.state == TrialState.COMPLETE or not hedged(t)]
     return view(shown, mode, min_points)
 
 
