@@ -96,14 +96,25 @@ def test_a_worker_whose_database_is_gone_stops_with_one_line(how: str, tmp_path:
                 if how == "database dropped":
                     conn.execute(sa.text(f'DROP DATABASE "{database}" WITH (FORCE)'))
                 else:
-                    conn.execute(
-                        sa.text(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                            "WHERE datname = :d"
-                        ),
-                        {"d": database},
-                    )
-                    conn.execute(sa.text(f'ALTER DATABASE "{database}" RENAME TO "{database}_x"'))
+                    # The worker reconnects at once: terminate its sessions until the rename
+                    # finds none left (it can reconnect between the two statements).
+                    for attempt in range(50):
+                        conn.execute(
+                            sa.text(
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                "WHERE datname = :d"
+                            ),
+                            {"d": database},
+                        )
+                        try:
+                            conn.execute(
+                                sa.text(f'ALTER DATABASE "{database}" RENAME TO "{database}_x"')
+                            )
+                            break
+                        except sa.exc.OperationalError as exc:
+                            if "being accessed by other users" not in str(exc) or attempt == 49:
+                                raise
+                            time.sleep(0.05)
                     renamed = f"{database}_x"
             admin.dispose()
             gone = time.monotonic()
