@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -156,6 +157,13 @@ def run_study_with_a_preempted_trial(storage: Storage, study: StudyRef) -> None:
         artifacts=artifacts,
     )
     assert first.run() == 0
+    # Worker A's process would end here, and its tracker threads with it. In this one process
+    # a sender given up on (SIGTERM leaves it HURRY_S) may still be inside a call to a server
+    # slowed by a loaded machine; that call must not land in the middle of worker B's updates
+    # of the same run (it would set the resumed trial's state back to running).
+    for thread in threading.enumerate():
+        if thread.name.startswith("tracker-"):
+            thread.join(60)
 
     def failing_at_epoch_2(run: TrialRun) -> Any:
         if run.number == FAILING_TRIAL:
