@@ -75,7 +75,9 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import signal
 import sys
+import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -568,7 +570,19 @@ def _bad_input(message: str) -> int:
     return 2
 
 
+def _exit_on_sigterm() -> None:
+    """`kill` (SIGTERM or SIGHUP) ends this process as Ctrl-C does, through its `finally`s
+    and exit handlers, which stop the worker processes it started; by default these signals
+    end it alone and leave those processes behind, training their study, then waiting for
+    the next one for ever."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # main() called from a thread (not the command): the caller's signals
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _frame: sys.exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
+    _exit_on_sigterm()
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
     if wrong:
@@ -675,10 +689,16 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
+    except BaseException:
+        # Ctrl-C, kill, a failed study: the studies still running end now. SIGKILL: their
+        # Workers take SIGTERM as a spot machine's notice, hand their trial back and wait for
+        # the next study, which would hold this process's exit for ever.
+        for child in mp.active_children():
+            child.kill()
+        raise
+    if pool:
+        pool.close()
+        pool.join()
     close_pool()
     if "smac-mf" in strategies:  # the same studies, charged as shipped
         strategies.insert(strategies.index("smac-mf") + 1, SHIPPED)

@@ -3,13 +3,16 @@ through hpsearch's real path (workers, sampling, pruning, the database) on a tin
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -421,3 +424,77 @@ def test_metric_val_cross_entropy_is_minimised_by_the_strategies_and_the_speedup
     assert got["final_mean"] == pytest.approx(best)  # the lowest loss, not the highest
     assert got["finals"] == [pytest.approx(best)]
     assert got["speedup"] == pytest.approx(798 / reached_at)
+
+
+@pytest.mark.slow
+@needs_data
+def test_killing_the_runner_stops_its_worker_processes(pg_url: str, tmp_path: Path) -> None:
+    """`kill` of a `--workers 2` run ends it and the two worker processes it started, which
+    otherwise trained on and then waited for the next study for ever."""
+    import sqlalchemy as sa
+
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.efficiency",
+            "--instances",
+            "189906",
+            "--strategies",
+            "default",
+            "--seeds",
+            "3",
+            "--workers",
+            "2",
+            "--time-scale",
+            "0.01",
+            "--storage",
+            pg_url,
+            "--data",
+            str(DATA),
+            "--cache",
+            str(tmp_path / "cache.jsonl"),
+            "--json",
+            str(tmp_path / "out.json"),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    engine = sa.create_engine(pg_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    running = sa.text(
+        "SELECT count(*) FROM trials JOIN studies USING (study_id) "
+        "WHERE study_name LIKE 'eff-189906-%' AND state = 'RUNNING'"
+    )
+    children: list[str] = []
+    try:
+        deadline = time.monotonic() + 120
+        with engine.connect() as conn:
+            while conn.execute(running).scalar() < 2:  # both workers inside a trial
+                assert runner.poll() is None, runner.stderr.read() if runner.stderr else ""
+                assert time.monotonic() < deadline, "the workers never started a trial"
+                time.sleep(0.2)
+        children = [  # the two workers (not multiprocessing's resource tracker)
+            c
+            for c in Path(f"/proc/{runner.pid}/task/{runner.pid}/children").read_text().split()
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ]
+        assert len(children) == 2, children
+        runner.terminate()
+        _, err = runner.communicate(timeout=60)
+        deadline = time.monotonic() + 10  # a killed process is gone once it is reaped
+        while (alive := [c for c in children if Path(f"/proc/{c}").exists()]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+    finally:
+        engine.dispose()
+        if runner.poll() is None:
+            runner.kill()
+        for c in children:  # whatever this test finds, it leaves no process behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(c), signal.SIGKILL)
+    assert runner.returncode == 128 + 15, err
+    assert "Traceback" not in err, err
+    assert alive == [], f"worker processes left running: {alive}"
