@@ -30,7 +30,7 @@ from search.db.tables import (
     trials,
 )
 
-__all__ = ["ENQUEUED_ATTR", "replace_next_queued"]
+__all__ = ["ENQUEUED_ATTR", "is_enqueued", "replace_next_queued"]
 
 ENQUEUED_ATTR = "hpsearch:enqueued"
 """Trial system attribute: the params a user enqueued into this trial."""
@@ -79,3 +79,13 @@ def replace_next_queued(
         external = {name: dist.to_external_repr(v) for name, (v, dist) in params.items()}
         upsert_attributes(conn, trial_system_attributes, picked.trial_id, {ENQUEUED_ATTR: external})
     return int(picked.number)
+
+
+def is_enqueued(storage: Storage, trial_id: int) -> bool:
+    """Whether a user enqueued the trial's params (`[[study.enqueue]]`, `hpsearch enqueue`)."""
+    a = trial_system_attributes
+    with storage.autocommit() as conn:
+        found = conn.execute(
+            sa.select(a.c.trial_id).where(a.c.trial_id == trial_id, a.c.key == ENQUEUED_ATTR)
+        ).first()
+    return found is not None

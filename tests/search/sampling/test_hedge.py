@@ -11,6 +11,7 @@ import pytest
 
 from search.db import pauses
 from search.db.storage import open_storage
+from search.sampling.enqueue import enqueue_configured
 from search.sampling.hedge import describe, hedged, study_hedge_level
 from search.sampling.samplers import make_sampler
 from search.study.parse_config import parse_config
@@ -19,10 +20,18 @@ from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
 
 
-def config(name: str, *, sampler: str = "tpe", pruner: str = "asha", epochs: int = 28) -> Any:
+def config(
+    name: str,
+    *,
+    sampler: str = "tpe",
+    pruner: str = "asha",
+    epochs: int = 28,
+    enqueue: list[dict[str, float]] | None = None,
+) -> Any:
+    study = {"name": name, "sampler": sampler, "seed": 3, "n_trials": 30}
     return parse_config(
         {
-            "study": {"name": name, "sampler": sampler, "seed": 3, "n_trials": 30},
+            "study": {**study, **({"enqueue": enqueue} if enqueue else {})},
             "pruner": {"type": pruner, "min_resource": 1, "reduction_factor": 3},
             "task": {"name": "digits", "epochs": epochs},
             "space": {
@@ -68,6 +77,7 @@ def first_rungs(storage_url: str, cfg: Any) -> dict[int, int]:
     storage = open_storage(storage_url, create=True)
     try:
         ref, _ = create_study(storage, cfg)
+        enqueue_configured(storage, ref)  # [[study.enqueue]], if any: the first trials
         name = cfg.study.name
         worker = Worker(
             storage, open_study(storage, name), run_trial=rising, grace_s=5.0, progress=False
@@ -92,6 +102,29 @@ def test_workers_judge_hedged_trials_first_at_the_third_rung(
     assert all(level == 1 for n, level in first.items() if n not in (9, 19, 29))
     said = [r.getMessage() for r in caplog.records if "a hedge" in r.getMessage()]
     assert len(said) == 3 and all("trial " in s and "first judged at epoch 9" in s for s in said)
+
+
+def test_an_enqueued_trial_at_a_hedges_number_keeps_its_params_and_says_so(
+    storage_url: str, study_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ten `[[study.enqueue]]` configurations are trials 0-9: trial 9 runs the params given,
+    is judged first at epoch 9 like any trial at a hedge's number, and its log line says its
+    params were enqueued, not drawn at random."""
+    given = [{"x": round(0.05 * i + 0.02, 2), "lr": 0.001} for i in range(10)]
+    with caplog.at_level(logging.INFO):
+        first = first_rungs(storage_url, config(study_name, enqueue=given))
+    trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
+    assert [t.params for t in trials[:10]] == given
+    assert first[9] == 9 and first[19] == 9
+    started = {
+        n: m
+        for r in caplog.records
+        for n in (9, 19)
+        if (m := r.getMessage()).startswith(f"trial {n}: starting")
+    }
+    assert "params enqueued at a hedge's number: first judged at epoch 9" in started[9]
+    assert "drawn at random" not in started[9]
+    assert "a hedge: drawn at random, first judged at epoch 9" in started[19]
 
 
 def test_random_search_pauses_every_trial_at_the_first_rung(
