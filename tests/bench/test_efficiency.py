@@ -433,30 +433,10 @@ def test_killing_the_runner_stops_its_worker_processes(pg_url: str, tmp_path: Pa
     otherwise trained on and then waited for the next study for ever."""
     import sqlalchemy as sa
 
+    flags = "--instances 189906 --strategies default --seeds 3 --workers 2 --time-scale 0.01"
+    files = ["--data", str(DATA), "--cache", str(tmp_path / "c.jsonl"), "--json", str(tmp_path / "o.json")]
     runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bench.efficiency",
-            "--instances",
-            "189906",
-            "--strategies",
-            "default",
-            "--seeds",
-            "3",
-            "--workers",
-            "2",
-            "--time-scale",
-            "0.01",
-            "--storage",
-            pg_url,
-            "--data",
-            str(DATA),
-            "--cache",
-            str(tmp_path / "cache.jsonl"),
-            "--json",
-            str(tmp_path / "out.json"),
-        ],
+        [sys.executable, "-m", "bench.efficiency", *flags.split(), "--storage", pg_url, *files],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
