@@ -434,7 +434,8 @@ def test_killing_the_runner_stops_its_worker_processes(pg_url: str, tmp_path: Pa
     import sqlalchemy as sa
 
     flags = "--instances 189906 --strategies default --seeds 3 --workers 2 --time-scale 0.01"
-    files = ["--data", str(DATA), "--cache", str(tmp_path / "c.jsonl"), "--json", str(tmp_path / "o.json")]
+    files = ["--data", str(DATA), "--cache", str(tmp_path / "c.jsonl")]
+    files += ["--json", str(tmp_path / "o.json")]
     runner = subprocess.Popen(
         [sys.executable, "-m", "bench.efficiency", *flags.split(), "--storage", pg_url, *files],
         env={**os.environ, "PYTHONPATH": str(REPO)},
