@@ -176,6 +176,16 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_level": 9,
         "hedge_hidden": True,
     },
+    # The default's hedge from trial 99 on only: none among the first ~100 trials, where the
+    # speedup to random search's final is decided; one in ten at rung 9 after that, to rescue
+    # a seed settled on what starts fast before its budget ends.
+    "hedge10-r9-from99": {
+        "kind": "asha",
+        "real": True,
+        "hedge": 10,
+        "hedge_level": 9,
+        "hedge_from": 99,
+    },
     # ... out of TPE's view only while they have not been promoted past the rung they are
     # first judged at (`_hide_hedged_until_promoted`): a random draw paused or stopped at rung
     # 9 is never seen; one promoted from it is seen from epoch 10 on, not only once it ends.
