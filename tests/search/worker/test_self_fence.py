@@ -96,8 +96,10 @@ def test_a_worker_whose_database_is_gone_stops_with_one_line(how: str, tmp_path:
                 if how == "database dropped":
                     conn.execute(sa.text(f'DROP DATABASE "{database}" WITH (FORCE)'))
                 else:
-                    # The worker reconnects at once: terminate its sessions until the rename
-                    # finds none left (it can reconnect between the two statements).
+                    # The worker reconnects at once: the database takes no new sessions
+                    # first, then its sessions end, then the rename (retried while one is
+                    # still ending: pg_terminate_backend does not wait for it).
+                    conn.execute(sa.text(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false'))
                     for attempt in range(50):
                         conn.execute(
                             sa.text(
