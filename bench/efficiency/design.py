@@ -187,13 +187,15 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_from": 99,
     },
     # ... out of TPE's view only while they have not been promoted past the rung they are
-    # first judged at (`_hide_hedged_until_promoted`): a random draw paused or stopped at rung
-    # 9 is never seen; one promoted from it is seen from epoch 10 on, not only once it ends.
+    # first judged at (`_hide_hedged` with ``hedge_shown_past``): a random draw paused or
+    # stopped at rung 9 is never seen; one promoted from it is seen from epoch 10 on, not only
+    # once it ends.
     "hedge10-r9-promoted": {
         "kind": "asha",
         "real": True,
         "hedge": 10,
         "hedge_level": 9,
+        "hedge_hidden": True,
         "hedge_shown_past": 9,
     },
 }
@@ -275,9 +277,6 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         version = f"{version}+{hedging}"
     if spec.get("hedge_hidden"):
         version = f"{version}+{_source_hash(run_hedged_hidden)}{_source_hash(_hide_hedged)}"
-    if spec.get("hedge_shown_past"):
-        shown = (run_hedged_until_promoted, _hide_hedged_until_promoted)
-        version = f"{version}+{''.join(_source_hash(f) for f in shown)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -474,43 +473,17 @@ def run_hedged(
 def run_hedged_hidden(
     name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
 ) -> Run:
-    """`run_hedged` with the hedged trials out of the sampler's view until they finish
-    (`_hide_hedged` over `multifidelity.fidelity_view`)."""
+    """`run_hedged` with the hedged trials out of the sampler's view until they finish or,
+    with ``hedge_shown_past`` in the spec, report an epoch past it (`_hide_hedged` over
+    `multifidelity.fidelity_view`)."""
     import search.sampling.multifidelity as multifidelity
 
     spec = STRATEGIES[name]
     view = multifidelity.fidelity_view
     # Which trials are hedged: the rule of the `_Hedge` that `run_hedged` wraps the sampler in.
     hedged = _Hedge(None, seed, spec["hedge"], spec.get("hedge_from", 0))._at_random
-    multifidelity.fidelity_view = functools.partial(_hide_hedged, view, hedged)
-    try:
-        return run_hedged(name, instance, seed, budget, metric, data)
-    finally:
-        multifidelity.fidelity_view = view
-
-
-def _hide_hedged(view: Any, hedged: Any, trials: Any, mode: Any, min_points: int) -> list[Any]:
-    """`view` (multifidelity.fidelity_view) of `trials` without the ones `hedged` (a trial ->
-    bool) that have not finished."""
-    from optuna.trial import TrialState
-
-    shown = [t for t in trials if t.state == TrialState.COMPLETE or not hedged(t)]
-    return view(shown, mode, min_points)
-
-
-def run_hedged_until_promoted(
-    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
-) -> Run:
-    """`run_hedged` with each hedged trial out of the sampler's view until it has a report
-    past epoch ``hedge_shown_past`` (the rung it is first judged at) or has finished
-    (`_hide_hedged_until_promoted` over `multifidelity.fidelity_view`)."""
-    import search.sampling.multifidelity as multifidelity
-
-    spec = STRATEGIES[name]
-    view = multifidelity.fidelity_view
-    hedged = _Hedge(None, seed, spec["hedge"], spec.get("hedge_from", 0))._at_random
     multifidelity.fidelity_view = functools.partial(
-        _hide_hedged_until_promoted, view, hedged, spec["hedge_shown_past"]
+        _hide_hedged, view, hedged, spec.get("hedge_shown_past")
     )
     try:
         return run_hedged(name, instance, seed, budget, metric, data)
@@ -518,21 +491,19 @@ def run_hedged_until_promoted(
         multifidelity.fidelity_view = view
 
 
-def _hide_hedged_until_promoted(
-    view: Any, hedged: Any, level: int, trials: Any, mode: Any, min_points: int
+def _hide_hedged(
+    view: Any, hedged: Any, past: int | None, trials: Any, mode: Any, min_points: int
 ) -> list[Any]:
     """`view` (multifidelity.fidelity_view) of `trials` without the ones `hedged` (a trial ->
-    bool) that have neither finished nor reported an epoch past `level`."""
+    bool) that have not finished (nor, with `past`, reported an epoch past it)."""
     from optuna.trial import TrialState
 
-    shown = [
-        t
-        for t in trials
-        if t.state == TrialState.COMPLETE
-        or not hedged(t)
-        or max(t.intermediate_values, default=0) > level
-    ]
-    return view(shown, mode, min_points)
+    def seen(t: Any) -> bool:
+        if t.state == TrialState.COMPLETE or not hedged(t):
+            return True
+        return past is not None and max(t.intermediate_values, default=0) > past
+
+    return view([t for t in trials if seen(t)], mode, min_points)
 
 
 _HEDGE = {"next": False}
@@ -619,8 +590,6 @@ def run_study(
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
         study = run_hedged_hidden if spec.get("hedge_hidden") else run_hedged
-        if spec.get("hedge_shown_past"):
-            study = run_hedged_until_promoted
     return study(name, instance, seed, budget, metric, data)
 
 
