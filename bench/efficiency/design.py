@@ -198,6 +198,17 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_hidden": True,
         "hedge_shown_past": 9,
     },
+    # The default's hedge spaced out while it loses (`_BackoffHedge`): the gap to the next
+    # hedged trial doubles, 10, 20, 40 trials at most, after each hedge in a row that has not
+    # been promoted past the rung it is first judged at, and is 10 again once one has. A
+    # measured signal (random draws against TPE's at rung 9) for where early epochs mislead.
+    "hedge10-r9-backoff": {
+        "kind": "asha",
+        "real": True,
+        "hedge": 10,
+        "hedge_level": 9,
+        "hedge_backoff": 40,
+    },
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
@@ -277,6 +288,8 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         version = f"{version}+{hedging}"
     if spec.get("hedge_hidden"):
         version = f"{version}+{_source_hash(run_hedged_hidden)}{_source_hash(_hide_hedged)}"
+    if spec.get("hedge_backoff"):
+        version = f"{version}+{_source_hash(run_hedged_backoff)}{_source_hash(_BackoffHedge)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -506,6 +519,23 @@ def _hide_hedged(
     return view([t for t in trials if seen(t)], mode, min_points)
 
 
+def run_hedged_backoff(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """`run_hedged` with `_BackoffHedge` deciding which trials are hedged (the spec's
+    ``hedge_backoff``: the longest gap between two hedged trials)."""
+    global _Hedge
+    spec = STRATEGIES[name]
+    fixed = _Hedge
+    _Hedge = functools.partial(  # type: ignore[misc]
+        _BackoffHedge, longest=spec["hedge_backoff"], level=spec["hedge_level"]
+    )
+    try:
+        return run_hedged(name, instance, seed, budget, metric, data)
+    finally:
+        _Hedge = fixed
+
+
 _HEDGE = {"next": False}
 """Set by `_Hedge` when it draws a trial at random; read by `_HedgedSchedule` once."""
 
@@ -524,6 +554,36 @@ class _Hedge(_RandomFraction):
     def before_trial(self, study: Any, trial: Any) -> None:
         _HEDGE["next"] = self._at_random(trial)
         super().before_trial(study, trial)
+
+
+class _BackoffHedge(_Hedge):
+    """`_Hedge` whose gap between hedged trials starts at `every` and doubles, up to `longest`,
+    for each hedged trial in a row (the latest first) that has reported no epoch past `level`
+    (not promoted past the rung it is first judged at) when the next trial starts; a
+    promoted one ends the run of losses. With one worker a hedge has been judged at `level`
+    before the next trial starts."""
+
+    def __init__(self, *args: Any, longest: int, level: int, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.longest, self.level = longest, level
+        self.hedges: list[int] = []
+
+    def _at_random(self, trial: Any) -> bool:
+        return trial.number in self.hedges
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        if trial.number - (self.hedges[-1] if self.hedges else -1) >= self._gap(study):
+            self.hedges.append(trial.number)
+        super().before_trial(study, trial)
+
+    def _gap(self, study: Any) -> int:
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        gap = self.every
+        for number in reversed(self.hedges):
+            if max(trials[number].intermediate_values, default=0) > self.level:
+                break
+            gap = min(2 * gap, self.longest)
+        return gap
 
 
 class _HedgedSchedule(_RungSchedule):
@@ -590,6 +650,8 @@ def run_study(
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
         study = run_hedged_hidden if spec.get("hedge_hidden") else run_hedged
+        if spec.get("hedge_backoff"):
+            study = run_hedged_backoff
     return study(name, instance, seed, budget, metric, data)
 
 
