@@ -8,11 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from types import SimpleNamespace
 
-from bench.efficiency.design import DEV, sh_bracket
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.efficiency.design import DEV, STRATEGIES, _Hedge, _HedgedAtRung, sh_bracket
 from bench.efficiency.lcbench import LCBench
+from search.sampling.hedge import hedged, study_hedge_level
+from search.worker.budget_and_promotion import Promoter
 from tests.bench.test_efficiency import DATA, needs_data
+from tests.search.sampling.test_hedge import config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -188,3 +195,28 @@ def test_the_default_does_not_settle_on_one_layer_where_only_five_layers_reach_t
     assert finals[("unhedged", 13)] < 88 and finals[("unhedged", 33)] < 88, finals
     for seed in (7, 9, 13, 33):
         assert finals[("default", seed)] > 91.7, (seed, finals)
+
+
+@given(number=st.integers(0, 100_000), epochs=st.integers(28, 400), kept=st.integers(0, 4))
+def test_the_simulated_default_hedges_the_trials_the_workers_hedge(
+    number: int, epochs: int, kept: int
+) -> None:
+    """The hedge is stated twice: by the workers (search.sampling.hedge; the Promoter does not
+    pause a hedged trial below its rung) and by the simulation the suite's choices were made
+    on (bench.efficiency.design's default: `_Hedge`, `_HedgedAtRung`). Both hedge the same
+    trial numbers and pause each trial first at the same rung, whichever rungs the rung rule
+    has retired (`kept`: the index of the lowest rung it keeps)."""
+    c = config("s", epochs=epochs)
+    spec = STRATEGIES["default"]
+    promoter = Promoter(None, SimpleNamespace(config=c, study_id=0))  # type: ignore[arg-type]
+    levels = promoter.rungs.levels(0)
+    kept = min(kept, len(levels) - 1)
+    promoter.schedule.level, promoter.schedule.settled = levels[kept], True
+    first = next(e for e in range(1, epochs) if promoter.pauses_at(number, e))
+
+    simulated = _Hedge(None, 0, spec["hedge"], spec.get("hedge_from", 0))
+    assert simulated._at_random(SimpleNamespace(number=number)) == hedged(number)
+    assert study_hedge_level(c) == spec["hedge_level"]
+    schedule = _HedgedAtRung(levels, maximize=True, at=spec["hedge_level"])
+    schedule.level = levels[kept]
+    assert (schedule.hedged_level() if hedged(number) else schedule.level) == first
