@@ -209,6 +209,16 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_level": 9,
         "hedge_backoff": 40,
     },
+    # What hedge10-r9-backoff does where its hedges are never promoted (nearly everywhere):
+    # hedged trials 9, 29, 69, 109, ... (the gap from 10 trials doubling to 40 and staying
+    # there; `tapered`), with no measurement behind the spacing.
+    "hedge10-r9-tapered": {
+        "kind": "asha",
+        "real": True,
+        "hedge": 10,
+        "hedge_level": 9,
+        "hedge_longest": 40,
+    },
 }
 
 CHANGES = ("schedule", "extrapolate", "random_share", "tpe", "prior_decay", "rung_rule")
@@ -290,6 +300,9 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         version = f"{version}+{_source_hash(run_hedged_hidden)}{_source_hash(_hide_hedged)}"
     if spec.get("hedge_backoff"):
         version = f"{version}+{_source_hash(run_hedged_backoff)}{_source_hash(_BackoffHedge)}"
+    if spec.get("hedge_longest"):
+        tapering = (run_hedged_tapered, _TaperedHedge, tapered)
+        version = f"{version}+{''.join(_source_hash(f) for f in tapering)}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -536,6 +549,20 @@ def run_hedged_backoff(
         _Hedge = fixed
 
 
+def run_hedged_tapered(
+    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
+) -> Run:
+    """`run_hedged` with `_TaperedHedge` deciding which trials are hedged (the spec's
+    ``hedge_longest``: the longest gap between two hedged trials)."""
+    global _Hedge
+    fixed = _Hedge
+    _Hedge = functools.partial(_TaperedHedge, longest=STRATEGIES[name]["hedge_longest"])  # type: ignore[misc]
+    try:
+        return run_hedged(name, instance, seed, budget, metric, data)
+    finally:
+        _Hedge = fixed
+
+
 _HEDGE = {"next": False}
 """Set by `_Hedge` when it draws a trial at random; read by `_HedgedSchedule` once."""
 
@@ -584,6 +611,29 @@ class _BackoffHedge(_Hedge):
                 break
             gap = min(2 * gap, self.longest)
         return gap
+
+
+def tapered(number: int, every: int, longest: int) -> bool:
+    """Whether trial `number` is hedged when the gap between hedged trials starts at `every`
+    and doubles up to `longest`: numbers every - 1, then gaps 2 x every, 4 x every, ...,
+    `longest`, `longest`, ... (10 and 40: 9, 29, 69, 109, 149, ...)."""
+    at, gap = every - 1, every
+    while gap < longest and at < number:  # the gaps that double
+        gap = min(2 * gap, longest)
+        at += gap
+    return at == number or (number > at and (number - at) % longest == 0)
+
+
+class _TaperedHedge(_Hedge):
+    """`_Hedge` whose hedged trials are `tapered`'s: the gap between them doubles from
+    `every` up to `longest`."""
+
+    def __init__(self, *args: Any, longest: int, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.longest = longest
+
+    def _at_random(self, trial: Any) -> bool:
+        return tapered(trial.number, self.every, self.longest)
 
 
 class _HedgedSchedule(_RungSchedule):
@@ -652,6 +702,8 @@ def run_study(
         study = run_hedged_hidden if spec.get("hedge_hidden") else run_hedged
         if spec.get("hedge_backoff"):
             study = run_hedged_backoff
+        if spec.get("hedge_longest"):
+            study = run_hedged_tapered
     return study(name, instance, seed, budget, metric, data)
 
 
