@@ -298,11 +298,9 @@ def cache_key(name: str, instance: str, seed: int, budget: int, metric: str) -> 
         version = f"{version}+{hedging}"
     if spec.get("hedge_hidden"):
         version = f"{version}+{_source_hash(run_hedged_hidden)}{_source_hash(_hide_hedged)}"
-    if spec.get("hedge_backoff"):
-        version = f"{version}+{_source_hash(run_hedged_backoff)}{_source_hash(_BackoffHedge)}"
-    if spec.get("hedge_longest"):
-        tapering = (run_hedged_tapered, _TaperedHedge, tapered)
-        version = f"{version}+{''.join(_source_hash(f) for f in tapering)}"
+    if spec.get("hedge_backoff") or spec.get("hedge_longest"):
+        spacing = (_BackoffHedge,) if spec.get("hedge_backoff") else (_TaperedHedge, tapered)
+        version = f"{version}+{''.join(_source_hash(f) for f in (run_hedged_spaced, *spacing))}"
     return f"{version}|{name}|{settings}|{instance}|{seed}|{budget}|{metric}"
 
 
@@ -532,31 +530,20 @@ def _hide_hedged(
     return view([t for t in trials if seen(t)], mode, min_points)
 
 
-def run_hedged_backoff(
+def run_hedged_spaced(
     name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
 ) -> Run:
-    """`run_hedged` with `_BackoffHedge` deciding which trials are hedged (the spec's
-    ``hedge_backoff``: the longest gap between two hedged trials)."""
+    """`run_hedged` with its hedged trials spaced out: decided by `_BackoffHedge` (the spec's
+    ``hedge_backoff``: the longest gap, reached while hedges are not promoted past
+    ``hedge_level``) or by `_TaperedHedge` (``hedge_longest``: the same gaps by number)."""
     global _Hedge
     spec = STRATEGIES[name]
     fixed = _Hedge
-    _Hedge = functools.partial(  # type: ignore[misc]
-        _BackoffHedge, longest=spec["hedge_backoff"], level=spec["hedge_level"]
+    _Hedge = (  # type: ignore[misc]
+        functools.partial(_BackoffHedge, longest=spec["hedge_backoff"], level=spec["hedge_level"])
+        if spec.get("hedge_backoff")
+        else functools.partial(_TaperedHedge, longest=spec["hedge_longest"])
     )
-    try:
-        return run_hedged(name, instance, seed, budget, metric, data)
-    finally:
-        _Hedge = fixed
-
-
-def run_hedged_tapered(
-    name: str, instance: str, seed: int, budget: int, metric: str, data: str | None
-) -> Run:
-    """`run_hedged` with `_TaperedHedge` deciding which trials are hedged (the spec's
-    ``hedge_longest``: the longest gap between two hedged trials)."""
-    global _Hedge
-    fixed = _Hedge
-    _Hedge = functools.partial(_TaperedHedge, longest=STRATEGIES[name]["hedge_longest"])  # type: ignore[misc]
     try:
         return run_hedged(name, instance, seed, budget, metric, data)
     finally:
@@ -700,10 +687,8 @@ def run_study(
     study = run_candidate if any(spec.get(change) for change in CHANGES) else run_one
     if spec.get("hedge"):
         study = run_hedged_hidden if spec.get("hedge_hidden") else run_hedged
-        if spec.get("hedge_backoff"):
-            study = run_hedged_backoff
-        if spec.get("hedge_longest"):
-            study = run_hedged_tapered
+        if spec.get("hedge_backoff") or spec.get("hedge_longest"):
+            study = run_hedged_spaced
     return study(name, instance, seed, budget, metric, data)
 
 
