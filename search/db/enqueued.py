@@ -15,6 +15,7 @@ its result like any trial's.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,10 +31,13 @@ from search.db.tables import (
     trials,
 )
 
-__all__ = ["ENQUEUED_ATTR", "is_enqueued", "replace_next_queued"]
+__all__ = ["ENQUEUED_ATTR", "HEDGE_ATTR", "replace_next_queued", "trial_attr"]
 
 ENQUEUED_ATTR = "hpsearch:enqueued"
 """Trial system attribute: the params a user enqueued into this trial."""
+HEDGE_ATTR = "hpsearch:hedge"
+"""Trial system attribute of a hedged trial (search.sampling.hedge): the epoch it is first
+judged at. A trial whose params a user enqueues is no longer a hedge."""
 
 
 def replace_next_queued(
@@ -78,14 +82,16 @@ def replace_next_queued(
                 )
         external = {name: dist.to_external_repr(v) for name, (v, dist) in params.items()}
         upsert_attributes(conn, trial_system_attributes, picked.trial_id, {ENQUEUED_ATTR: external})
+        a = trial_system_attributes
+        conn.execute(sa.delete(a).where(a.c.trial_id == picked.trial_id, a.c.key == HEDGE_ATTR))
     return int(picked.number)
 
 
-def is_enqueued(storage: Storage, trial_id: int) -> bool:
-    """Whether a user enqueued the trial's params (`[[study.enqueue]]`, `hpsearch enqueue`)."""
+def trial_attr(storage: Storage, trial_id: int, key: str) -> Any:
+    """A trial's system attribute `key` (its JSON value decoded), or None if it has none."""
     a = trial_system_attributes
     with storage.autocommit() as conn:
         found = conn.execute(
-            sa.select(a.c.trial_id).where(a.c.trial_id == trial_id, a.c.key == ENQUEUED_ATTR)
-        ).first()
-    return found is not None
+            sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == key)
+        ).scalar()
+    return None if found is None else json.loads(found)

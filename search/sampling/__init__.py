@@ -5,8 +5,9 @@
   `queue_first_trials`, what `create` queues;
 - `mirror`: `StudyMirror`, the study's trials in memory for TPE, CMA-ES and GP;
 - `setup`: `set_up_study`, where a study begins (created, noted, first trials queued);
-- `hedge`: one trial in ten of a TPE + ASHA study drawn at random and first judged at the
-  third rung (against a model and rungs that settle on what starts fast).
+- `hedge`: now and then a trial of a TPE + ASHA study drawn at random and first judged at the
+  third rung, the gap to the next growing from 10 to 40 trials while hedges lose (against a
+  model and rungs that settle on what starts fast).
 """
 
 from search.sampling.mirror import StudyMirror

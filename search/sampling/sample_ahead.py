@@ -40,6 +40,7 @@ from search.db.storage import Storage, is_transient
 from search.db.trial_rows import Counts
 from search.errors import RuntimeFailure, first_line
 from search.pruning.pruners import make_pruner
+from search.sampling.hedge import HEDGE_ATTR, next_is_hedge, study_hedge_level
 from search.sampling.mirror import StudyMirror
 from search.sampling.samplers import (
     LEARNS_FROM_RESULTS,
@@ -162,13 +163,21 @@ class TrialSampler:
             self._mirror = StudyMirror(self.storage, self.study)
         mirror = self._mirror
         mirror.refresh()
+        hedges_at = study_hedge_level(self.config)  # None: the study hedges no trial
         try:
             for number in range(first, first + wanted):
                 if stop and stop.is_set():
                     break
-                trial = optuna.Trial(
-                    mirror.study(make_sampler(self.config, number)), mirror.new_trial(number)
+                # A hedge is decided from the trials sampled so far, this batch's included,
+                # and recorded with the trial (search.sampling.hedge).
+                hedge = hedges_at is not None and next_is_hedge(
+                    mirror.get_all_trials(self.study.study_id, deepcopy=False), number
                 )
+                trial_id = mirror.new_trial(number)
+                if hedge:
+                    mirror.set_trial_system_attr(trial_id, HEDGE_ATTR, hedges_at)
+                sampler = make_sampler(self.config, number, hedge=hedge)
+                trial = optuna.Trial(mirror.study(sampler), trial_id)
                 for param in self.config.space:
                     suggest(trial, param)
         except Exception as exc:

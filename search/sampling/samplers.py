@@ -30,7 +30,6 @@ from optuna.distributions import (
 
 from search.sampling import fast_tpe
 from search.sampling.bounded import bound
-from search.sampling.hedge import is_hedge
 from search.sampling.multifidelity import (
     PRIOR_WEIGHT,
     across_fidelities,
@@ -103,8 +102,11 @@ class _ConfigSpaceQMCSampler(optuna.samplers.QMCSampler):
         return dict(self._config_space)
 
 
-def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.BaseSampler:
-    """The sampler that picks trial `trial_number`'s parameters."""
+def make_sampler(
+    config: StudyConfig, trial_number: int, *, hedge: bool = False
+) -> optuna.samplers.BaseSampler:
+    """The sampler that picks trial `trial_number`'s parameters; `hedge`: the trial is a hedge
+    (search.sampling.hedge), drawn at random."""
     name = config.study.sampler
     seed = derived_seed(config.study.seed, trial_number)
     with warnings.catch_warnings():
@@ -118,9 +120,9 @@ def make_sampler(config: StudyConfig, trial_number: int) -> optuna.samplers.Base
             message=r"`(gamma|prior_weight)` has been deprecated",
             category=FutureWarning,
         )
-        # One trial in ten of a study fitted across fidelities is a hedge, drawn at random
+        # Now and then a trial of a study fitted across fidelities is a hedge, drawn at random
         # (search.sampling.hedge: against a model that settles on what starts fast).
-        if name == "random" or is_hedge(config, trial_number):
+        if name == "random" or hedge:
             return optuna.samplers.RandomSampler(seed=seed)
         if name == "tpe":
             # Constant liar: running trials count as bad results, so parallel workers spread

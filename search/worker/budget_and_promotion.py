@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from search.db import budget, pauses
+from search.db.enqueued import HEDGE_ATTR, trial_attr
 from search.db.leases import Claim
 from search.db.statements import upsert_attributes
 from search.db.storage import Storage
@@ -40,7 +41,7 @@ from search.db.studies import lock_study
 from search.db.tables import study_user_attributes
 from search.pruning.adaptive import RungSchedule
 from search.pruning.promotion import Rungs
-from search.sampling.hedge import hedged, study_hedge_level
+from search.sampling.hedge import study_hedge_level
 from search.study.note import progress_line, refresh_progress_line
 from search.study.spending import budget_line, budget_spent, hours_since
 from search.study.studies import StudyRef
@@ -206,6 +207,7 @@ class Promoter:
         self._scheduled_for: int | None = None
         # Hedged trials (drawn at random) first pause at a higher rung (search.sampling.hedge).
         self.hedge_level = study_hedge_level(config)
+        self._hedge_of: tuple[int, int | None] | None = None  # (trial id, its hedge level)
 
     def bracket(self, number: int) -> int:
         return self.rungs.bracket_of(number, self.seed)
@@ -214,13 +216,17 @@ class Promoter:
         """Whether `epoch` ends a rung of trial `number`'s bracket (no database query)."""
         return self.rungs.pauses_at(self.bracket(number), epoch)
 
-    def pauses_at(self, number: int, epoch: int) -> bool:
-        """Whether trial `number` stops at `epoch` unless promotable: a rung of its bracket
-        that the rung schedule has not retired (may ask the database)."""
+    def pauses_at(self, claim: Claim, epoch: int) -> bool:
+        """Whether the claimed trial stops at `epoch` unless promotable: a rung of its bracket
+        that the rung schedule has not retired, not below a hedge's first rung (may ask the
+        database)."""
+        number = claim.number
         if not self.at_rung(number, epoch):
             return False
-        if self.hedge_level is not None and hedged(number) and epoch < self.hedge_level:
-            return False
+        if self.hedge_level is not None and epoch < self.hedge_level:
+            hedged = self.hedged_at(claim.trial_id)
+            if hedged is not None and epoch < hedged:
+                return False
         schedule = self.schedule
         if schedule is None:
             return True
@@ -230,6 +236,14 @@ class Promoter:
             schedule.update((r.trial_id, r.level, r.value) for r in rows)
             self._scheduled_for = number
         return schedule.pauses_at(epoch)
+
+    def hedged_at(self, trial_id: int) -> int | None:
+        """The epoch a hedged trial is first judged at (its `HEDGE_ATTR`, set where it was
+        sampled), or None if it is no hedge; read once per trial."""
+        if self._hedge_of is None or self._hedge_of[0] != trial_id:
+            level = trial_attr(self.storage, trial_id, HEDGE_ATTR)
+            self._hedge_of = (trial_id, None if level is None else int(level))
+        return self._hedge_of[1]
 
     def goes_on(self, claim: Claim, epoch: int, value: float) -> bool:
         """At a rung: True if the trial ranks in the top 1/eta there (recorded, and it goes

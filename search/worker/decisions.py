@@ -260,7 +260,7 @@ class TrialReporter:
         if promoter is not None and promoter.at_rung(claim.number, epoch):
             try:
                 # Both ask the database (the rung schedule, the rivals at the rung).
-                goes_on = not promoter.pauses_at(claim.number, epoch) or promoter.goes_on(
+                goes_on = not promoter.pauses_at(claim, epoch) or promoter.goes_on(
                     claim, epoch, value
                 )
                 self.health.back()

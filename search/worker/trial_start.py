@@ -16,14 +16,13 @@ import logging
 from typing import Any
 
 from search.db import claims, fenced_writes
-from search.db.enqueued import is_enqueued
 from search.db.gone import gone_reason
 from search.db.leases import Claim, LeaseLost
 from search.db.storage import Storage, is_transient
 from search.db.tables import stored_float
 from search.db.trial_changes import param_value
 from search.errors import RuntimeFailure, first_line
-from search.sampling.hedge import describe, study_hedge_level
+from search.sampling.hedge import describe
 from search.sampling.sample_ahead import TrialSampler
 from search.sampling.samplers import derived_seed
 from search.study.studies import StudyRef
@@ -113,14 +112,11 @@ class TrialStarter:
                 _fmt_params(params),
             )
         else:
-            hedge = describe(config, claim.number)
-            if hedge and self.health.retry(
-                lambda: is_enqueued(self.storage, claim.trial_id), "read"
-            ):  # at a hedge's number, but its params are the ones a user enqueued
-                hedge = (
-                    f"params enqueued at a hedge's number: first judged at epoch "
-                    f"{study_hedge_level(config)} (search.sampling.hedge)"
-                )
+            promoter, level = self.rules.promoter, None
+            if promoter is not None and promoter.hedge_level is not None:
+                # Read once per trial: the promoter keeps it for the trial's first rungs.
+                level = self.health.retry(lambda: promoter.hedged_at(claim.trial_id), "read")
+            hedge = None if level is None else describe(level)
             logger.info(
                 "trial %d: starting (params %s)%s",
                 claim.number,

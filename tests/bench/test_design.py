@@ -9,13 +9,15 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.efficiency.design import DEV, STRATEGIES, _Hedge, _HedgedAtRung, sh_bracket
+from bench.efficiency.design import DEV, STRATEGIES, _BackoffHedge, _HedgedAtRung, sh_bracket
 from bench.efficiency.lcbench import LCBench
-from search.sampling.hedge import hedged, study_hedge_level
+from search.sampling import hedge
+from search.sampling.hedge import study_hedge_level
 from search.worker.budget_and_promotion import Promoter
 from tests.bench.test_efficiency import DATA, needs_data
 from tests.search.sampling.test_hedge import config
@@ -196,26 +198,76 @@ def test_the_default_does_not_settle_on_one_layer_where_only_five_layers_reach_t
         assert finals[("default", seed)] > 91.7, (seed, finals)
 
 
-@given(number=st.integers(0, 100_000), epochs=st.integers(28, 400), kept=st.integers(0, 4))
-def test_the_simulated_default_hedges_the_trials_the_workers_hedge(
-    number: int, epochs: int, kept: int
+@given(hedge=st.booleans(), epochs=st.integers(28, 400), kept=st.integers(0, 4))
+def test_the_simulated_default_pauses_hedges_where_the_workers_do(
+    hedge: bool, epochs: int, kept: int
 ) -> None:
     """The hedge is stated twice: by the workers (search.sampling.hedge; the Promoter does not
     pause a hedged trial below its rung) and by the simulation the suite's choices were made
-    on (bench.efficiency.design's default: `_Hedge`, `_HedgedAtRung`). Both hedge the same
-    trial numbers and pause each trial first at the same rung, whichever rungs the rung rule
-    has retired (`kept`: the index of the lowest rung it keeps)."""
+    on (bench.efficiency.design: `_HedgedAtRung`). Both pause a trial, hedged or not, first at
+    the same rung, whichever rungs the rung rule has retired (`kept`: the index of the lowest
+    rung it keeps)."""
     c = config("s", epochs=epochs)
-    spec = STRATEGIES["default"]
+    spec = STRATEGIES["hedge10-r9-backoff"]
     promoter = Promoter(None, SimpleNamespace(config=c, study_id=0))  # type: ignore[arg-type]
     levels = promoter.rungs.levels(0)
     kept = min(kept, len(levels) - 1)
     promoter.schedule.level, promoter.schedule.settled = levels[kept], True
-    first = next(e for e in range(1, epochs) if promoter.pauses_at(number, e))
+    # What the worker reads from the trial (its HEDGE_ATTR, written where it was sampled).
+    promoter.hedged_at = lambda trial_id: study_hedge_level(c) if hedge else None  # type: ignore[method-assign]
+    claim = SimpleNamespace(number=17, trial_id=1)
+    first = next(e for e in range(1, epochs) if promoter.pauses_at(claim, e))  # type: ignore[arg-type]
 
-    simulated = _Hedge(None, 0, spec["hedge"], spec.get("hedge_from", 0))
-    assert simulated._at_random(SimpleNamespace(number=number)) == hedged(number)
     assert study_hedge_level(c) == spec["hedge_level"]
     schedule = _HedgedAtRung(levels, maximize=True, at=spec["hedge_level"])
     schedule.level = levels[kept]
-    assert (schedule.hedged_level() if hedged(number) else schedule.level) == first
+    assert (schedule.hedged_level() if hedge else schedule.level) == first
+
+
+@given(promoted=st.lists(st.booleans(), min_size=1, max_size=8), until=st.integers(1, 600))
+def test_the_simulated_backoff_hedges_the_trials_the_workers_hedge(
+    promoted: list[bool], until: int
+) -> None:
+    """The spacing of the hedges, stated twice: by the workers (`next_is_hedge`, over the trials
+    a sampler sees) and by the simulation (`_BackoffHedge`, hedge10-r9-backoff). With one
+    worker each hedge is judged at its rung before the next trials start; the k-th hedge is
+    promoted past it if `promoted[k % len]`. Both hedge the same trials."""
+    spec = STRATEGIES["hedge10-r9-backoff"]
+    level = spec["hedge_level"]
+    assert (spec["hedge"], spec["hedge_backoff"]) == (hedge.EVERY, hedge.LONGEST)
+    simulated = _BackoffHedge(
+        optuna.samplers.RandomSampler(),
+        0,
+        spec["hedge"],
+        longest=spec["hedge_backoff"],
+        level=level,
+    )
+    seen: list[SimpleNamespace] = []  # the simulation's trials
+    shown: list[optuna.trial.FrozenTrial] = []  # the trials a worker's sampler sees
+    ours: list[int] = []
+    study = SimpleNamespace(get_trials=lambda deepcopy: seen)
+    for number in range(until):
+        mine = hedge.next_is_hedge(shown, number)
+        simulated.before_trial(study, SimpleNamespace(number=number))
+        if mine:
+            ours.append(number)
+        won = mine and promoted[(len(ours) - 1) % len(promoted)]
+        reached = level + 1 if won else (level if mine else 1)
+        seen.append(SimpleNamespace(number=number, intermediate_values={reached: 0.5}))
+        shown.append(
+            optuna.trial.FrozenTrial(
+                number=number,
+                trial_id=number,
+                state=optuna.trial.TrialState.COMPLETE,
+                value=0.5,
+                values=None,
+                datetime_start=None,
+                datetime_complete=None,
+                params={},
+                distributions={},
+                user_attrs={},
+                system_attrs={hedge.HEDGE_ATTR: level} if mine else {},
+                intermediate_values={reached: 0.5},
+            )
+        )
+    assert ours == simulated.hedges

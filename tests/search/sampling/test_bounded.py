@@ -22,7 +22,6 @@ from search.sampling.bounded import (
     bound,
     bounded_trials,
 )
-from search.sampling.hedge import hedged
 from search.sampling.mirror import StudyMirror
 from search.sampling.multifidelity import MIN_POINTS, FidelitySampler, _StudyView, fidelity_view
 from search.sampling.samplers import make_sampler, suggest
@@ -203,10 +202,6 @@ def test_the_workers_path_shows_tpe_what_looking_at_every_trial_showed(tmp_path:
     number = START + 40 + sampler_cost.RUNNING
     sampled_here = 0
     for step in range(6):
-        if hedged(number):  # drawn at random (search.sampling.hedge): no view to compare
-            assert isinstance(make_sampler(ref.config, number), optuna.samplers.RandomSampler)
-            sampler_cost.write_trials(storage, ref.study_id, [sampler_cost.asha_trial(rng)], number)
-            number += 1
         mirror.refresh()
         # Before: the same sampler, its view from the index that looks at every trial.
         before = make_sampler(ref.config, number)
