@@ -79,15 +79,19 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     },
     "main-rf": {"kind": "asha", "min_points": 5, "random_fraction": 0.2},
     # What search/ runs now (search.sampling.samplers.make_sampler, search.pruning.adaptive's
-    # defaults, and one trial in ten a hedge: search.sampling.hedge, judged first at rung 9 of
-    # LCBench's 1, 3, 9, 27): hedge10-r9 below, taken on 2026-12-06 (bench/BENCHMARKS.md, "A
-    # cheaper hedge, and the rule that decides one").
+    # defaults, and now and then a trial a hedge: search.sampling.hedge, drawn at random and
+    # judged first at rung 9 of LCBench's 1, 3, 9, 27, the gap to the next hedge doubling from
+    # 10 to 40 trials while hedges are not promoted past it): hedge10-r9-backoff below, the
+    # same studies, the product's default since commit 3ee74ae (bench/BENCHMARKS.md, "A hedge
+    # that spaces out while it loses"). The default before it, one trial in ten a hedge (taken
+    # on 2026-12-06: "A cheaper hedge, and the rule that decides one"), is hedge10-r9.
     "default": {
         "kind": "asha",
         "real": True,
         "hedge": hedge.EVERY,
         # The third of asha_study's rungs (min_resource 1, eta 3, below LCBench's 50 epochs).
         "hedge_level": hedge.hedge_level(rungs(1, 3)[:-1]),
+        "hedge_backoff": hedge.LONGEST,
     },
     # The default before the hedge: TPE across fidelities and ASHA with the rung rule. Every
     # candidate below without "hedge" in its spec is a change to this one (they were measured
@@ -159,14 +163,15 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     # random search's final is decided (a hedge at trial 39 costs 50 of its ~500 epochs).
     "hedge40-late": {"kind": "asha", "real": True, "hedge": 40, "hedge_from": 79},
     # ... started at rung ``hedge_level`` (judged there like the others) instead of trained
-    # fully: one trial in `hedge` in a Hyperband bracket that starts higher.
+    # fully: one trial in `hedge` in a Hyperband bracket that starts higher. hedge10-r9: the
+    # default from 2026-12-06 until commit 3ee74ae (the studies cached as "default" then).
     "hedge10-r9": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 9},
     "hedge20-r9": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 9},
     "hedge20-r27": {"kind": "asha", "real": True, "hedge": 20, "hedge_level": 27},
     # ... first judged at rung 3: 2 epochs past rung 1 per hedged trial where rung 9 costs 8.
     "hedge10-r3": {"kind": "asha", "real": True, "hedge": 10, "hedge_level": 3},
     "hedge5-r3": {"kind": "asha", "real": True, "hedge": 5, "hedge_level": 3},
-    # The default (hedge10-r9) with its hedged trials out of TPE's view until they finish
+    # hedge10-r9 (the default then) with its hedged trials out of TPE's view until they finish
     # (`_hide_hedged`): a random draw paused at rung 9 neither enters the good set nor sets the
     # epoch the model is fitted at; one that trains to the end is seen with its final value.
     "hedge10-r9-hidden": {
@@ -176,7 +181,7 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_level": 9,
         "hedge_hidden": True,
     },
-    # The default's hedge from trial 99 on only: none among the first ~100 trials, where the
+    # hedge10-r9's hedge from trial 99 on only: none among the first ~100 trials, where the
     # speedup to random search's final is decided; one in ten at rung 9 after that, to rescue
     # a seed settled on what starts fast before its budget ends.
     "hedge10-r9-from99": {
@@ -198,10 +203,11 @@ STRATEGIES: dict[str, dict[str, Any]] = {
         "hedge_hidden": True,
         "hedge_shown_past": 9,
     },
-    # The default's hedge spaced out while it loses (`_BackoffHedge`): the gap to the next
+    # hedge10-r9's hedge spaced out while it loses (`_BackoffHedge`): the gap to the next
     # hedged trial doubles, 10, 20, 40 trials at most, after each hedge in a row that has not
     # been promoted past the rung it is first judged at, and is 10 again once one has. A
     # measured signal (random draws against TPE's at rung 9) for where early epochs mislead.
+    # The default since commit 3ee74ae (its spec is "default"'s: the same studies).
     "hedge10-r9-backoff": {
         "kind": "asha",
         "real": True,

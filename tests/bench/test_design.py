@@ -173,8 +173,10 @@ def test_the_default_does_not_settle_on_one_layer_where_only_five_layers_reach_t
     prior (one trial's weight) TPE across fidelities settled on one layer within ~50 trials on
     seeds 7 and 9 and ended at 78-81%; hpsearch's heavier prior keeps the other values in play
     there, but without the hedge it still settles on seeds 13 and 33 (79.0 and 79.9; 5 of 40
-    seeds). One trial in ten drawn at random and first judged at rung 9 (search.sampling.hedge)
-    finds the five-layer networks: every one of these seeds ends above random search's mean."""
+    seeds). The hedge (search.sampling.hedge: a trial drawn at random and first judged at rung 9,
+    the gap to the next growing from 10 to 20 to 40 trials while hedges are not promoted past
+    it, back to 10 once one is) finds the five-layer networks: every one of these seeds ends
+    above random search's mean."""
     code = (
         "import sys\n"
         "from bench.efficiency.design import run_study\n"
