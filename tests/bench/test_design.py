@@ -13,9 +13,11 @@ import optuna
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from optuna.trial import TrialState
 
 from bench.efficiency.design import DEV, STRATEGIES, _BackoffHedge, _HedgedAtRung, sh_bracket
 from bench.efficiency.lcbench import LCBench
+from search.db.trial_changes import light_trial
 from search.sampling import hedge
 from search.sampling.hedge import study_hedge_level
 from search.worker.budget_and_promotion import Promoter
@@ -256,20 +258,6 @@ def test_the_simulated_backoff_hedges_the_trials_the_workers_hedge(
         won = mine and promoted[(len(ours) - 1) % len(promoted)]
         reached = level + 1 if won else (level if mine else 1)
         seen.append(SimpleNamespace(number=number, intermediate_values={reached: 0.5}))
-        shown.append(
-            optuna.trial.FrozenTrial(
-                number=number,
-                trial_id=number,
-                state=optuna.trial.TrialState.COMPLETE,
-                value=0.5,
-                values=None,
-                datetime_start=None,
-                datetime_complete=None,
-                params={},
-                distributions={},
-                user_attrs={},
-                system_attrs={hedge.HEDGE_ATTR: level} if mine else {},
-                intermediate_values={reached: 0.5},
-            )
-        )
+        attrs = {hedge.HEDGE_ATTR: level} if mine else {}
+        shown.append(light_trial(number, number, TrialState.COMPLETE, attrs, {reached: 0.5}))
     assert ours == simulated.hedges
