@@ -8,14 +8,10 @@ previous artifact's listing; the caller then deletes the previous artifact itsel
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from search.db.leases import Claim, fence
-from search.db.statements import upsert_attributes
+from search.db.statements import delete_system_attr, read_system_attr, upsert_attributes
 from search.db.storage import Storage
 from search.db.tables import trial_system_attributes
 
@@ -32,7 +28,7 @@ def move_pointer(
     dashboard with Optuna's artifact metadata JSON; returns the previous artifact's id."""
     with storage.transaction() as conn:
         fence(conn, claim)
-        previous = _pointer(conn, claim.trial_id)
+        previous = read_system_attr(conn, claim.trial_id, POINTER_ATTR)
         upsert_attributes(
             conn,
             trial_system_attributes,
@@ -40,32 +36,19 @@ def move_pointer(
             {POINTER_ATTR: pointer, f"artifacts:{pointer['artifact_id']}": artifact_meta},
         )
         if previous is not None:
-            _delete(conn, claim.trial_id, f"artifacts:{previous['artifact_id']}")
+            delete_system_attr(conn, claim.trial_id, f"artifacts:{previous['artifact_id']}")
     return None if previous is None else previous["artifact_id"]
 
 
 def drop_pointer(storage: Storage, trial_id: int) -> None:
     """Forget the trial's checkpoint (it is finished); the caller deletes the artifacts."""
     with storage.transaction() as conn:
-        previous = _pointer(conn, trial_id)
+        previous = read_system_attr(conn, trial_id, POINTER_ATTR)
         if previous is not None:
-            _delete(conn, trial_id, POINTER_ATTR)
-            _delete(conn, trial_id, f"artifacts:{previous['artifact_id']}")
+            delete_system_attr(conn, trial_id, POINTER_ATTR)
+            delete_system_attr(conn, trial_id, f"artifacts:{previous['artifact_id']}")
 
 
 def read_pointer(storage: Storage, trial_id: int) -> dict[str, Any] | None:
     with storage.autocommit() as conn:
-        return _pointer(conn, trial_id)
-
-
-def _pointer(conn: Connection, trial_id: int) -> dict[str, Any] | None:
-    a = trial_system_attributes
-    value = conn.execute(
-        sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == POINTER_ATTR)
-    ).scalar()
-    return None if value is None else json.loads(value)
-
-
-def _delete(conn: Connection, trial_id: int, key: str) -> None:
-    a = trial_system_attributes
-    conn.execute(sa.delete(a).where(a.c.trial_id == trial_id, a.c.key == key))
+        return read_system_attr(conn, trial_id, POINTER_ATTR)

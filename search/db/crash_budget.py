@@ -11,7 +11,6 @@ queued again. A trial handed back on SIGTERM or Ctrl-C spends no attempt.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from search.db.claims import utcnow_naive
 from search.db.leases import release
-from search.db.statements import upsert_attributes
+from search.db.statements import read_system_attr, upsert_attributes
 from search.db.tables import trial_leases, trial_system_attributes, trials
 
 __all__ = ["ATTEMPTS_ATTR", "FAIL_REASON_ATTR", "record_failed_attempt"]
@@ -45,10 +44,7 @@ def record_failed_attempt(
     attempt twice (a retry after a commit lost with the connection) counts it once.
     """
     a = trial_system_attributes
-    stored = conn.execute(
-        sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == ATTEMPTS_ATTR)
-    ).scalar()
-    attempts: list[dict[str, Any]] = json.loads(stored) if stored else []
+    attempts: list[dict[str, Any]] = read_system_attr(conn, trial_id, ATTEMPTS_ATTR) or []
     same = [
         x
         for x in attempts

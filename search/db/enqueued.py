@@ -15,13 +15,12 @@ its result like any trial's.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
 from optuna.distributions import distribution_to_json
 
-from search.db.statements import upsert_attributes
+from search.db.statements import delete_system_attr, read_system_attr, upsert_attributes
 from search.db.storage import Storage
 from search.db.tables import (
     trial_intermediate_values,
@@ -82,16 +81,11 @@ def replace_next_queued(
                 )
         external = {name: dist.to_external_repr(v) for name, (v, dist) in params.items()}
         upsert_attributes(conn, trial_system_attributes, picked.trial_id, {ENQUEUED_ATTR: external})
-        a = trial_system_attributes
-        conn.execute(sa.delete(a).where(a.c.trial_id == picked.trial_id, a.c.key == HEDGE_ATTR))
+        delete_system_attr(conn, picked.trial_id, HEDGE_ATTR)
     return int(picked.number)
 
 
 def trial_attr(storage: Storage, trial_id: int, key: str) -> Any:
     """A trial's system attribute `key` (its JSON value decoded), or None if it has none."""
-    a = trial_system_attributes
     with storage.autocommit() as conn:
-        found = conn.execute(
-            sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == key)
-        ).scalar()
-    return None if found is None else json.loads(found)
+        return read_system_attr(conn, trial_id, key)

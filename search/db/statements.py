@@ -25,14 +25,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from search.db.tables import trial_intermediate_values, value_kind
+from search.db.tables import trial_intermediate_values, trial_system_attributes, value_kind
 
 __all__ = [
     "LOCK_CLASS",
     "bound_ids",
     "db_now",
+    "delete_system_attr",
     "in_bound_ids",
     "insert_for",
+    "read_system_attr",
     "upsert_attributes",
     "write_intermediate_values",
 ]
@@ -82,6 +84,21 @@ def upsert_attributes(
         _upsert_attribute(conn.dialect.name, table),
         [{owner: owner_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
     )
+
+
+def read_system_attr(conn: Connection, trial_id: int, key: str) -> Any | None:
+    """A trial's system attribute `key` (its JSON value decoded), or None if it has none."""
+    a = trial_system_attributes
+    value = conn.execute(
+        sa.select(a.c.value_json).where(a.c.trial_id == trial_id, a.c.key == key)
+    ).scalar()
+    return None if value is None else json.loads(value)
+
+
+def delete_system_attr(conn: Connection, trial_id: int, key: str) -> None:
+    """Delete a trial's system attribute `key` (nothing if it has none)."""
+    a = trial_system_attributes
+    conn.execute(sa.delete(a).where(a.c.trial_id == trial_id, a.c.key == key))
 
 
 def write_intermediate_values(conn: Connection, trial_id: int, values: dict[int, float]) -> None:
