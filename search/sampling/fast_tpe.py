@@ -43,19 +43,32 @@ from typing import Any
 
 import numpy as np
 import optuna
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.samplers._tpe import _truncnorm
+from optuna.samplers._tpe import probability_distributions as _distributions
 from optuna.samplers._tpe import sampler as _tpe_sampler
 from optuna.trial import FrozenTrial
 
-__all__ = ["TPESampler", "install", "installed", "log_ndtr"]
+__all__ = [
+    "TPESampler",
+    "install",
+    "installed",
+    "log_gauss_mass",
+    "log_gauss_mass_unique",
+    "log_ndtr",
+]
 
 _ORIGINAL = _truncnorm._log_ndtr
 _SINGLE = getattr(_truncnorm, "_log_ndtr_single", None)
 _ORIGINAL_SPLIT = getattr(_tpe_sampler, "_split_trials", None)
+_ORIGINAL_MASS = getattr(_truncnorm, "_log_gauss_mass", None)
+_ORIGINAL_MASS_UNIQUE = getattr(_distributions, "_log_gauss_mass_unique", None)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _EPS = sys.float_info.epsilon
 _SQRT2 = 2**0.5
 _EDGE = 1 / 2**0.5
+_FEW = 40
+"""Below this many elements `log_ndtr` calls Optuna's per-element function (measured)."""
 
 
 def _map(f: Any, a: np.ndarray, *more: Any) -> np.ndarray:
@@ -118,8 +131,14 @@ def _ndtr(a: np.ndarray) -> np.ndarray:
 
 
 def log_ndtr(a: np.ndarray) -> np.ndarray:
-    """Optuna's `_truncnorm._log_ndtr(a)`, bit for bit, without a Python call per element."""
+    """Optuna's `_truncnorm._log_ndtr(a)`, bit for bit, without a Python call per element
+    (below `_FEW` elements, Optuna's own per-element function: cheaper than the array
+    operations there, as in TPE's sampling, which inverts the CDF of 24 candidates at a time)."""
     a = np.asarray(a, dtype=float)
+    if a.size < _FEW and _SINGLE is not None:
+        return np.fromiter(map(_SINGLE, a.ravel().tolist()), dtype=float, count=a.size).reshape(
+            a.shape
+        )
     out = np.empty(a.shape, dtype=float)
     right = a > 6
     mid = ~right & (a > -20)
@@ -159,6 +178,49 @@ def _log_ndtr_tail(a: np.ndarray) -> np.ndarray:
             going, denom_cons = going[more], denom_cons[more]
             denom_factor, total = denom_factor[more], total[more]
     return log_lhs + _log(right_hand_side)
+
+
+def _mass(a: np.ndarray, b: np.ndarray, central_unique: bool) -> np.ndarray:
+    """`_truncnorm._log_gauss_mass` element by element (see `log_gauss_mass`)."""
+    a, b = np.asarray(a), np.asarray(b)
+    right = a > 0  # Optuna's case_right, written after its case_left: it wins where both hold
+    left = (b <= 0) & ~right
+    central = ~(left | right)
+    out = np.full(a.shape, np.nan)
+    if left.any() or right.any():
+        # Optuna's mass_case_left(a, b) = log_diff(log_ndtr(b), log_ndtr(a)), and the right
+        # case is the left one of (-b, -a): one log_ndtr over both sides' both bounds.
+        upper = np.concatenate([b[left], -a[right]])
+        n, k = upper.size, int(np.count_nonzero(left))
+        both = log_ndtr(np.concatenate([upper, a[left], -b[right]]))
+        mass = _truncnorm._log_diff(both[:n], both[n:])
+        out[left], out[right] = mass[:k], mass[k:]
+    if central.any():
+        a_c, b_c = a[central], b[central]
+        if central_unique:
+            a_c, b_c, inverse = _distributions._unique_inverse_2d(a_c, b_c)
+        # Optuna's vectorized erf switches method at 2,000 elements: the same elements as
+        # Optuna's call get here, so the same method runs.
+        mass = np.log1p(-_truncnorm._ndtr(a_c) - _truncnorm._ndtr(-b_c))
+        out[central] = mass[inverse] if central_unique else mass
+    return out
+
+
+def log_gauss_mass(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Optuna's `_truncnorm._log_gauss_mass(a, b)` (the log of a standard Gaussian's mass
+    between a and b), bit for bit: the left and right tails' four bounds in one `log_ndtr` call
+    instead of four, into a float array (Optuna fills a complex one and takes its real part)."""
+    return _mass(a, b, central_unique=False)
+
+
+def log_gauss_mass_unique(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Optuna's `probability_distributions._log_gauss_mass_unique(a, b)`, bit for bit, without
+    sorting every (a, b) pair to find the repeated ones. Optuna computes the mass once per
+    distinct pair; the mass of a pair does not depend on the other pairs in the call, except
+    that Optuna's erf (the central case) switches method at 2,000 elements: so only the central
+    pairs are made distinct, and they are as many as in Optuna's call. On a TPE grid (candidate
+    values against kernels) pairs rarely repeat, and sorting them was a quarter of the cost."""
+    return _mass(a, b, central_unique=True)
 
 
 class _SplitMemo:
@@ -229,14 +291,34 @@ class TPESampler(optuna.samplers.TPESampler):
         if self._multivariate is not False or len(search_space) != 1:
             return super()._get_internal_repr(trials, search_space, study)
         ((name, distribution),) = search_space.items()
+        params = [t.params for t in trials]
+        if isinstance(distribution, (FloatDistribution, IntDistribution)):
+            # Their internal repr is float(value), for a value neither NaN nor, on a log
+            # scale, <= 0: all at once; anything else goes one by one below, which raises
+            # Optuna's error.
+            try:
+                values = np.fromiter((p[name] for p in params if name in p), dtype=float)
+            except (TypeError, ValueError, OverflowError):
+                values = None
+            if (
+                values is not None
+                and not np.isnan(values).any()
+                and not (distribution.log and (values <= 0).any())
+            ):
+                return {name: values}
         internal = distribution.to_internal_repr
-        values = [internal(p[name]) for p in [t.params for t in trials] if name in p]
-        return {name: np.asarray(values)}
+        return {name: np.asarray([internal(p[name]) for p in params if name in p])}
 
 
 def installed() -> bool:
-    """Whether Optuna's TPE uses `log_ndtr` and the split memo in this process."""
-    return _truncnorm._log_ndtr is log_ndtr and _tpe_sampler._split_trials is _split_trials
+    """Whether Optuna's TPE uses `log_ndtr`, `log_gauss_mass`, `log_gauss_mass_unique` and the
+    split memo in this process."""
+    return (
+        _truncnorm._log_ndtr is log_ndtr
+        and _truncnorm._log_gauss_mass is log_gauss_mass
+        and _distributions._log_gauss_mass_unique is log_gauss_mass_unique
+        and _tpe_sampler._split_trials is _split_trials
+    )
 
 
 def install() -> bool:
@@ -249,8 +331,22 @@ def install() -> bool:
         or _ORIGINAL.__module__ != _truncnorm.__name__
         or _ORIGINAL_SPLIT is None
         or _ORIGINAL_SPLIT.__module__ != _tpe_sampler.__name__
+        or _ORIGINAL_MASS is None
+        or _ORIGINAL_MASS.__module__ != _truncnorm.__name__
+        or _ORIGINAL_MASS_UNIQUE is None
+        or _ORIGINAL_MASS_UNIQUE.__module__ != _distributions.__name__
+        or not all(
+            hasattr(m, f)
+            for m, f in (
+                (_truncnorm, "_log_diff"),
+                (_truncnorm, "_ndtr"),
+                (_distributions, "_unique_inverse_2d"),
+            )
+        )
     ):
         return False
     _truncnorm._log_ndtr = log_ndtr
+    _truncnorm._log_gauss_mass = log_gauss_mass
+    _distributions._log_gauss_mass_unique = log_gauss_mass_unique
     _tpe_sampler._split_trials = _split_trials
     return True
