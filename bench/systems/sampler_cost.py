@@ -21,6 +21,11 @@ turns per size on the same database (the second sees `--samples` more trials).
     git archive main | tar -x -C /tmp/main    # the code before, as a side
     python -m bench.systems.sampler_cost --sizes 1000,5000,10000,20000 --code /tmp/main,.
     python -m bench.systems.sampler_cost --sizes 10000 --samples 5 --profile
+    python -m bench.systems.sampler_cost --sizes 300,1000 --samples 8 --rounds 7 --code /tmp/main,.
+
+`--rounds R`: the sides take turns R times per size, and the median of each side's per-round
+medians and of the per-round ratios (after / before) are printed: on a machine whose speed
+drifts over a minute, sides measured one right after the other are the fairer comparison.
 
 `--profile`: cProfile of the samples after the first, printed by each side.
 """
@@ -309,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", choices=("postgresql", "sqlite"), default="postgresql")
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="sides in turn this many times per size (paired)"
+    )
     parser.add_argument("--measure", nargs=2, metavar=("URL", "STUDY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -327,15 +335,34 @@ def main(argv: list[str] | None = None) -> int:
     for n in (int(x) for x in args.sizes.split(",")):
         with database(args.storage) as url:
             name = make_study(url, n)
-            for label, code in zip(labels, codes, strict=True):
-                r = side(code, url, name, args.samples, args.profile)
-                low, high = r["cpu_ms_range"]
-                print(
-                    f"| {n:,} | {label} ({commit_of(code)}) | {r['cpu_ms']} ({low}-{high}) | "
-                    f"{r['wall_ms']} | {r['first_cpu_ms']} | {r['first_read_cpu_ms']} | "
-                    f"{os.getloadavg()[0]:.1f} |",
-                    flush=True,
-                )
+            rounds: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+            for _ in range(args.rounds):
+                for label, code in zip(labels, codes, strict=True):
+                    r = side(code, url, name, args.samples, args.profile)
+                    rounds[label].append(r)
+                    low, high = r["cpu_ms_range"]
+                    print(
+                        f"| {n:,} | {label} ({commit_of(code)}) | {r['cpu_ms']} ({low}-{high}) | "
+                        f"{r['wall_ms']} | {r['first_cpu_ms']} | {r['first_read_cpu_ms']} | "
+                        f"{os.getloadavg()[0]:.1f} |",
+                        flush=True,
+                    )
+            if args.rounds > 1:
+                for label in labels:
+                    cpu = statistics.median(r["cpu_ms"] for r in rounds[label])
+                    print(
+                        f"| {n:,} | {label}: median of {args.rounds} rounds | {cpu:.1f} | | | | |"
+                    )
+                if len(labels) == 2:
+                    # Each round's sides ran one after the other: their ratio is paired.
+                    before, after = rounds.values()
+                    ratios = [a["cpu_ms"] / b["cpu_ms"] for b, a in zip(before, after, strict=True)]
+                    print(
+                        f"| {n:,} | after / before, median of the rounds' ratios | "
+                        f"{statistics.median(ratios):.3f} "
+                        f"({min(ratios):.3f}-{max(ratios):.3f}) | | | | |",
+                        flush=True,
+                    )
     return 0
 
 

@@ -186,3 +186,12 @@ def test_a_trials_values_are_optunas_internal_ones_and_bad_ones_raise_its_error(
     bad._params["lr"] = -1.0  # what a corrupted row would hold
     with pytest.raises(ValueError, match="invalid value for the case log=True"):
         sampler._get_internal_repr([*trials, bad], {"lr": SPACE["lr"]}, study)
+
+
+def test_a_workers_next_trial_is_the_same_with_the_masses_before_and_after() -> None:
+    """A worker's sampling step on a 120-trial ASHA study (bench.systems.tpe_cost): the TPE of
+    fast_tpe before its Gaussian masses and the one now sample the same params."""
+    from bench.systems import tpe_cost
+
+    result = tpe_cost.measure(120, rounds=2)
+    assert result["same_params"] and result["before_cpu_ms"] > 0
