@@ -281,11 +281,20 @@ def create_trial(storage: Storage, study_id: int, worker_id: str) -> tuple[int, 
 
 
 def enqueue_sampled(storage: Storage, trial_id: int) -> None:
-    """Make a freshly sampled trial claimable."""
+    """Make a freshly sampled trial claimable, unless it is no longer this sampling's: its
+    worker was declared dead meanwhile, the reaper queued it again and another worker may have
+    claimed it (a lease generation above 0), which must go on holding and running it alone."""
     with storage.transaction() as conn:
+        # The trial's row first, as the claim and the reaper lock it, then its lease.
+        state = sa.select(trials.c.state).where(trials.c.trial_id == trial_id)
+        if storage.is_postgres:
+            state = state.with_for_update()
+        generation = sa.select(trial_leases.c.generation).where(trial_leases.c.trial_id == trial_id)
+        if conn.execute(state).scalar() != "RUNNING" or conn.execute(generation).scalar() != 0:
+            return
         conn.execute(
             sa.update(trials)
-            .where(trials.c.trial_id == trial_id, trials.c.state == "RUNNING")
+            .where(trials.c.trial_id == trial_id)
             .values(state="WAITING", datetime_start=None)
         )
         conn.execute(

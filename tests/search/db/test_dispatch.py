@@ -8,7 +8,7 @@ from collections import Counter
 import optuna
 import pytest
 
-from search.db import claims, fenced_writes, liveness
+from search.db import claims, fenced_writes, liveness, trial_rows
 from search.db.leases import LeaseLost
 from search.db.storage import open_storage
 from search.sampling.sample_ahead import queue_first_trials
@@ -103,6 +103,32 @@ def test_a_stale_lease_cannot_write(storage_url: str, study_name: str) -> None:
     assert trial.state.name == "COMPLETE" and trial.value == 0.6
     assert trial.intermediate_values == {1: 0.5, 2: 0.6}  # the old worker's epoch 1 stays
     assert trial.user_attrs == {"who": "new"}
+
+
+def test_a_trial_claimed_after_its_sampler_was_reaped_is_not_queued_again_by_it(
+    storage_url: str, study_name: str
+) -> None:
+    """A worker silent while it sampled a trial (grid, QMC) was declared dead; the trial was
+    queued again and claimed. When the silent worker's sampling ends, the trial stays with
+    its new holder: queued again, a third worker would train it alongside."""
+    storage = open_storage(storage_url, create=True)
+    ref, _ = create_study(storage, make_config(study_name, n_trials=2))
+    sampler, other = f"sampler-{study_name}", f"other-{study_name}"
+    register(storage, ref.study_id, sampler, grace_s=0.05)
+    register(storage, ref.study_id, other, grace_s=60)
+    trial_id, _ = trial_rows.create_trial(storage, ref.study_id, sampler)
+    time.sleep(0.2)  # the sampling worker misses its heartbeats
+    assert [r.number for r in liveness.reap(storage, ref.study_id, 3)] == [0]
+    taken = claims.claim_next_trial(storage, ref.study_id, other)
+    assert taken is not None and taken.trial_id == trial_id
+
+    trial_rows.enqueue_sampled(storage, trial_id)  # the silent worker's sampling ends
+
+    assert claims.claim_next_trial(storage, ref.study_id, f"third-{study_name}") is None
+    assert liveness.heartbeat(storage, other, taken)  # still the holder's
+    fenced_writes.finish(storage, taken, "COMPLETE", 0.5, {})
+    trial = optuna.load_study(study_name=study_name, storage=storage_url).trials[0]
+    assert trial.state.name == "COMPLETE" and trial.value == 0.5
 
 
 @pytest.mark.slow
