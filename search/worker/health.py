@@ -27,6 +27,7 @@ from search.db.leases import Claim
 from search.db.storage import Storage, conflict_kind, retry
 from search.errors import RuntimeFailure, first_line
 from search.study.studies import StudyRef
+from search.worker.self_fence import FencedStop
 
 __all__ = ["DatabaseHealth", "HeldTrial"]
 
@@ -41,7 +42,9 @@ class HeldTrial:
     it on the way (taken over; stopped here for want of a heartbeat)."""
 
     claim: Claim
-    stop: threading.Event = field(default_factory=threading.Event)
+    fence_due: Callable[[], bool] | None = None
+    """The lease watchdog's `expire_if_due`: the stop events ask it (`FencedStop`)."""
+    stop: threading.Event = field(init=False)
     lost: bool = False
     """Another worker holds it now: stop it here, record nothing."""
     fenced: bool = False
@@ -50,8 +53,11 @@ class HeldTrial:
     def go_on_after_fence(self) -> threading.Event:
         """The database answers and this worker still holds the trial: a fresh stop event for
         the attempt that resumes it."""
-        self.fenced, self.stop = False, threading.Event()
+        self.fenced, self.stop = False, FencedStop(self.fence_due)
         return self.stop
+
+    def __post_init__(self) -> None:
+        self.stop = FencedStop(self.fence_due)
 
 
 class DatabaseHealth:
@@ -64,12 +70,14 @@ class DatabaseHealth:
         self.gone: str | None = None
         """Why the database or the study is gone for good (the worker's last line), if it is."""
         self.trial: HeldTrial | None = None
+        self.fence_due: Callable[[], bool] | None = None
+        """Set by the heartbeat: its lease watchdog's `expire_if_due`."""
         self._down_since: float | None = None
 
     # -- the trial in hand ------------------------------------------------------------------
 
     def hold(self, claim: Claim) -> HeldTrial:
-        held = HeldTrial(claim)
+        held = HeldTrial(claim, self.fence_due)
         if self.stop.is_set():
             held.stop.set()
         self.trial = held

@@ -41,6 +41,7 @@ class Heartbeat:
         self.storage, self.study, self.worker_id, self.health = storage, study, worker_id, health
         self.period_s = max(0.2, grace_s / 6)
         self.watchdog = LeaseWatchdog(grace_s, on_expired=health.silent)
+        health.fence_due = self.watchdog.expire_if_due
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
 
     def start(self, registered_at: float) -> None:

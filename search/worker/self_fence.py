@@ -11,9 +11,14 @@ if the network heals later. When the database answers again and nobody took the 
 cut, or a restarted server, which gives every worker a fresh grace period), the worker goes on
 with it from its last checkpoint, under the same lease.
 
+The trainer also asks at every step (`expire_if_due`, through the trial's `FencedStop`), on its own
+thread: a process stalled past the fence (an overloaded machine, swapping, a debugger) takes no
+step after it wakes up, whether or not the watchdog's thread has run yet.
+
     watchdog = LeaseWatchdog(grace_s, on_expired=stop_the_trial)
     watchdog.start()
     watchdog.renewed(sent_at)   # after each heartbeat that committed
+    watchdog.expire_if_due()    # from any thread: fire now if the fence is due
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["FENCE_AT", "LeaseWatchdog"]
+__all__ = ["FENCE_AT", "FencedStop", "LeaseWatchdog"]
 
 FENCE_AT = 0.7
 """Fraction of the grace period, counted from the last heartbeat that reached the database,
@@ -55,6 +60,20 @@ class LeaseWatchdog:
                 self._renewed_at, self._fired = sent_at, False
         self._changed.set()
 
+    def expire_if_due(self) -> bool:
+        """Call `on_expired` now, on the calling thread, if the fence is due and it has not
+        fired since the last renewal; whether it fired."""
+        now = time.monotonic()
+        if self._fired or now < self._renewed_at + self.fence_after_s:  # no lock: the hot path
+            return False
+        with self._lock:
+            if self._fired or now < self._renewed_at + self.fence_after_s:
+                return False
+            self._fired = True
+            silent_s = now - self._renewed_at
+        self._on_expired(silent_s)
+        return True
+
     def start(self) -> None:
         self._thread.start()
 
@@ -65,14 +84,25 @@ class LeaseWatchdog:
 
     def _watch(self) -> None:
         while not self._done.is_set():
+            if self.expire_if_due():
+                continue
             with self._lock:
                 due = self._renewed_at + self.fence_after_s
                 fired = self._fired
-            now = time.monotonic()
-            if not fired and now >= due:
-                with self._lock:
-                    self._fired = True
-                self._on_expired(now - self._renewed_at)
-                continue
-            self._changed.wait(None if fired else due - now)
+            self._changed.wait(None if fired else max(0.0, due - time.monotonic()))
             self._changed.clear()
+
+
+class FencedStop(threading.Event):
+    """A trial's stop event that is also set once the lease's fence is due: `is_set()` asks
+    `fence_due` (`LeaseWatchdog.expire_if_due`, whose alarm sets this event) before it answers,
+    so the trainer's check before each step needs no other thread to have run."""
+
+    def __init__(self, fence_due: Callable[[], bool] | None = None) -> None:
+        super().__init__()
+        self._fence_due = fence_due
+
+    def is_set(self) -> bool:
+        if self._fence_due is not None and not super().is_set():
+            self._fence_due()
+        return super().is_set()
