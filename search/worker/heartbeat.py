@@ -43,6 +43,7 @@ class Heartbeat:
         self.watchdog = LeaseWatchdog(grace_s, on_expired=health.silent)
         health.fence_due = self.watchdog.expire_if_due
         self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self._done = threading.Event()
 
     def start(self, registered_at: float) -> None:
         """After registering (sent at `registered_at`, `time.monotonic()`)."""
@@ -51,7 +52,10 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self) -> None:
-        """Once the worker's stop event is set."""
+        """When the worker leaves: after its trial was recorded or handed back. Not when it is
+        told to stop (a SIGTERM): the trial's checkpoint and hand-back may take longer than the
+        grace period, and a silent worker's trial is taken over, as a failed attempt."""
+        self._done.set()
         self.watchdog.stop()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
@@ -88,8 +92,7 @@ class Heartbeat:
         return False
 
     def _loop(self) -> None:
-        stop = self.health.stop
-        while not stop.wait(self.period_s * (0.8 + 0.4 * random.random())):
+        while not self._done.wait(self.period_s * (0.8 + 0.4 * random.random())):
             try:
                 self.beat()
                 self.health.back()

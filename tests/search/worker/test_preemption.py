@@ -4,7 +4,9 @@
 uninterrupted run gets. (b) SIGTERM (and Ctrl-C): checkpoint, hand back, exit 0 (130). (c) The
 database restarts under three workers: nothing fails, nothing runs twice. (d) Workers killed at
 random, again and again: the study still finishes every trial. (e) The database goes away just
-as a trial reaches an ASHA rung: the trial trains on and completes.
+as a trial reaches an ASHA rung: the trial trains on and completes. (f) A SIGTERM'd worker whose
+step and hand-back take longer than its grace period keeps its heartbeat: its trial is not taken
+over from it, and no failed attempt is counted against the trial.
 """
 
 from __future__ import annotations
@@ -109,6 +111,52 @@ def test_a_stopped_worker_s_trial_is_finished_elsewhere_from_its_checkpoint(
         t=trial._trial_id,
     )
     assert leases == [(2,)]  # claimed twice: by the first worker, then by the second
+
+
+def test_a_sigterm_d_worker_heartbeats_until_its_slow_hand_back_is_done(
+    pg_url: str, study_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grace_s = 3.0
+    config = write_config(
+        tmp_path, study_name, n_trials=1, task="tests.helpers.slow_step_task:make_task"
+    )
+    config.write_text(
+        config.read_text()
+        .replace('type = "hyperband"', 'type = "none"')
+        .replace("min_resource = 1\nreduction_factor = 2\n", "")
+    )
+    create_study(open_storage(pg_url), load_config(config))
+    slow = tmp_path / "slow"
+    slow.touch()
+    stepping = Path(f"{slow}.stepping")
+    monkeypatch.setenv("SLOW_STEP_FILE", str(slow))
+    first = WorkerProcess(pg_url, study_name, tmp_path, grace_s=grace_s, name="first")
+    second = None
+    try:
+        wait_for(
+            lambda: trial_states(pg_url, study_name) == {"RUNNING": 1}, 120, "a claim", [first]
+        )
+        # The other worker has nothing to claim: it waits, and its heartbeat reaps the silent.
+        second = WorkerProcess(pg_url, study_name, tmp_path, grace_s=grace_s, name="second")
+        wait_for(lambda: "joined study" in second.log(), 120, "the second worker", [second])
+        stepping.unlink(missing_ok=True)
+        wait_for(stepping.exists, 60, "a slow step of the first worker", [first])
+        first.signal(signal.SIGTERM)  # its step goes on for about SLOW_STEP_S > grace_s
+        signalled = time.monotonic()
+        slow.unlink()  # the steps after this one are fast
+        assert first.wait(60) == 0, first.log()
+        assert time.monotonic() - signalled > grace_s  # the hand-back took longer than grace
+        assert second.wait(120) == 0, second.log()
+    finally:
+        for worker in (first, second):
+            if worker is not None:
+                worker.kill()
+    assert "handed back for another worker" in first.log(), first.log()[-3000:]
+    assert "taken over" not in first.log(), first.log()[-3000:]
+    assert "went silent" not in second.log(), second.log()[-3000:]
+    trial = optuna.load_study(study_name=study_name, storage=pg_url).trials[0]
+    assert trial.state.name == "COMPLETE"
+    assert "hpsearch:failed_attempts" not in trial.system_attrs, trial.system_attrs
 
 
 def test_database_restart_under_three_workers(
