@@ -160,10 +160,25 @@ class DatabaseHealth:
 
     # -- statements -------------------------------------------------------------------------
 
-    def retry(self, fn: Callable[[], T], what: str, *, attempts: int | None = None) -> T:
-        """`fn()`, retried with backoff through outages (`search.db.storage.retry`); raises
-        RuntimeFailure once the database or the study is gone."""
-        return retry(fn, what, attempts=attempts, on_error=self._retry_error, on_success=self.back)
+    def retry(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        *,
+        attempts: int | None = None,
+        max_delay_s: float | None = None,
+    ) -> T:
+        """`fn()`, retried with backoff through outages (`search.db.storage.retry`; at most
+        `max_delay_s` between two tries, if given); raises RuntimeFailure once the database or
+        the study is gone."""
+        return retry(
+            fn,
+            what,
+            attempts=attempts,
+            on_error=self._retry_error,
+            on_success=self.back,
+            **({} if max_delay_s is None else {"max_delay_s": max_delay_s}),
+        )
 
     def _retry_error(self, exc: BaseException, what: str) -> None:
         self.down(exc, what)

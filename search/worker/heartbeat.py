@@ -73,7 +73,7 @@ class Heartbeat:
     def beat_if_stale(self) -> None:
         """Before a trial starts: a heartbeat now if the last one is old (e.g. after an outage)."""
         if time.monotonic() - self.watchdog.renewed_at > 2 * self.period_s:
-            self.health.retry(self.beat, "heartbeat")
+            self._beat_until_answered()
 
     def still_held(self, number: int) -> bool:
         """After a self-fence: wait for the database; whether this worker still holds its trial
@@ -81,7 +81,7 @@ class Heartbeat:
         stop = self.health.stop
         if stop.is_set():
             return False
-        held = self.health.retry(self.beat, "heartbeat")
+        held = self._beat_until_answered()
         if held and not stop.is_set():
             logger.info(
                 "trial %d: the database answers again and this worker still holds the trial: "
@@ -90,6 +90,12 @@ class Heartbeat:
             )
             return True
         return False
+
+    def _beat_until_answered(self) -> bool:
+        """`beat()`, retried at the heartbeat's own pace (not the usual backoff, which grows to
+        15 s): after an outage, a worker that waits longer than its grace period to beat again
+        is taken for dead, and its trial is taken over."""
+        return self.health.retry(self.beat, "heartbeat", max_delay_s=self.period_s)
 
     def _loop(self) -> None:
         while not self._done.wait(self.period_s * (0.8 + 0.4 * random.random())):
