@@ -95,8 +95,9 @@ class LauncherLink:
 class CollectiveStop(threading.Event):
     """The `stop` of `trainer.train` on every rank: rank 0's answer, broadcast.
 
-    The training loop asks ``is_set()`` before every step, on every rank, the same number of
-    times; each ask (or every `every`-th) is one broadcast, so all ranks stop at the same step.
+    The training loop asks ``is_set()`` before every step and every validation batch, on every
+    rank, the same number of times (every rank validates on the whole set); each ask (or every
+    `every`-th) is one broadcast, so all ranks stop at the same step or batch.
     """
 
     def __init__(self, link: LauncherLink | None, device: Any, every: int) -> None:

@@ -5,7 +5,8 @@ checkpoint if it is this run's, then epochs of optimizer steps, each ending with
 checkpoint -> report. Accelerate does mixed precision and gradient accumulation. `train` wraps
 it with what ends an attempt: an out-of-memory error in a training step (adapt, then resume),
 a non-finite loss (diverged), a CUDA error (device_error), any other error (failed), SIGTERM
-or `stop` (checkpoint, preempted).
+or `stop` (checkpoint, preempted: asked before every step and every validation batch; stopped
+in validation, the epoch is checkpointed as trained and validated after the resume).
 
 Example::
 
@@ -433,7 +434,18 @@ def _fit(
             batches = eval_batches(
                 task.val_set, val_tensors, batch_size=eval_batch_size, device=device
             )
-            metric = _evaluate(model, task, batches)
+            metric = _evaluate(
+                model, task, batches, stopped=lambda: any(event.is_set() for event in stops)
+            )
+            if metric is None:
+                # Stopped in validation (a spot instance's notice, a fence): this epoch's steps
+                # are all done, so the checkpoint says so now rather than after a validation
+                # that may outlast the notice; a resumed run validates this epoch first.
+                step = data.steps_per_epoch
+                if not save_checkpoint():
+                    result.reason = "preempted without a checkpoint: progress is lost"
+                log.info("preempted in validation after epoch %d's steps", epoch + 1)
+                return "preempted"
             metrics.append(metric)
             train_losses.append(losses.end_epoch())
             epoch, step, order = epoch + 1, 0, None
@@ -555,8 +567,13 @@ def _warmup_cosine(total_steps: int) -> Callable[[int], float]:
 
 
 @torch.inference_mode()
-def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, Any]]) -> float:
-    """The task's metric on the validation set.
+def _evaluate(
+    model: torch.nn.Module,
+    task: Task,
+    batches: Iterator[tuple[Any, Any]],
+    stopped: Callable[[], bool] | None = None,
+) -> float | None:
+    """The task's metric on the validation set; None if `stopped()` said so before a batch.
 
     A streaming metric (a torchmetrics ``Metric``, or anything with reset/update/compute) sees
     one batch at a time, so no more than a batch of outputs is ever held; a plain function gets
@@ -564,19 +581,43 @@ def _evaluate(model: torch.nn.Module, task: Task, batches: Iterator[tuple[Any, A
     """
     model.eval()
     metric = task.metric_fn
+    guarded = _UntilStopped(stopped, batches)
     if all(hasattr(metric, name) for name in ("reset", "update", "compute")):
         metric.reset()
-        for inputs, target in batches:
+        for inputs, target in guarded:
             outputs = model(inputs)
             if hasattr(metric, "to"):
                 metric.to(outputs.device)  # a no-op after the first batch
             metric.update(outputs, target)
-        return float(metric.compute())
+        return None if guarded.stopped else float(metric.compute())
     outputs, targets = [], []
-    for inputs, target in batches:
+    for inputs, target in guarded:
         outputs.append(model(inputs))
         targets.append(target)
-    return float(metric(torch.cat(outputs), torch.cat(targets)))
+    return None if guarded.stopped else float(metric(torch.cat(outputs), torch.cat(targets)))
+
+
+class _UntilStopped:
+    """`batches` until `stopped()` is true before one of them (asked before every batch, on
+    every rank alike, as a data-parallel stop is a collective; not after the last one);
+    `.stopped` says whether it was. With `stopped` None, every batch."""
+
+    def __init__(
+        self, stopped: Callable[[], bool] | None, batches: Iterator[tuple[Any, Any]]
+    ) -> None:
+        self._ask, self._batches, self.stopped = stopped, batches, False
+
+    def __iter__(self) -> _UntilStopped:
+        return self
+
+    def __next__(self) -> tuple[Any, Any]:
+        if self.stopped:
+            raise StopIteration
+        batch = next(self._batches)  # the end of the set: a finished validation, no question
+        if self._ask is not None and self._ask():
+            self.stopped = True
+            raise StopIteration
+        return batch
 
 
 def _load_checkpoint(checkpoints: CheckpointStore | None, fingerprint: str) -> dict | None:

@@ -397,6 +397,81 @@ def test_sigterm_checkpoints_and_preempts_then_resume_is_exact(store: Any, tmp_p
     assert_same_weights(weights(store), weights(whole_store))
 
 
+class _StopInValidation(ToyTask):
+    """ToyTask whose model sets `stop` at its `at`-th forward pass in validation (2 batches an
+    epoch here): a preemption that arrives while the epoch is being validated."""
+
+    def __init__(self, stop: threading.Event, at: int) -> None:
+        super().__init__()
+        self.stop, self.at, self.calls = stop, at, 0
+
+    def __call__(self, params: dict[str, Any]) -> Any:
+        task = super().__call__(params)
+        model, forward = task.model, task.model.forward
+
+        def counted(x: torch.Tensor) -> torch.Tensor:
+            if not model.training:
+                self.calls += 1
+                if self.calls == self.at:
+                    self.stop.set()
+            return forward(x)
+
+        model.forward = counted
+        return task
+
+
+def test_a_stop_in_validation_checkpoints_the_trained_epoch_and_resume_is_exact(
+    store: Any, tmp_path: Any
+) -> None:
+    config = TrainConfig(epochs=3)
+    whole_store = DirectoryCheckpointStore(tmp_path / "whole")
+    whole = train(ToyTask(), _params(), config, checkpoints=whole_store, device="cpu")
+
+    stop = threading.Event()
+    task = _StopInValidation(stop, at=3)  # epoch 2's first validation batch
+    reports: list[tuple[int, float]] = []
+    first = train(
+        task,
+        _params(),
+        config,
+        checkpoints=store,
+        stop=stop,
+        report=lambda e, m: reports.append((e, m)) or False,
+        device="cpu",
+    )
+    assert first.status == "preempted" and first.reason is None
+    assert task.calls == 3  # validation stopped there: its second batch never ran
+    assert first.metrics == whole.metrics[:1] and reports == [(1, whole.metrics[0])]
+    loop = store.load()["train_state"]["loop"]
+    assert (loop["epoch"], loop["step"]) == (1, 4)  # epoch 2's 4 steps done, not validated
+
+    again: list[tuple[int, float]] = []
+    second = train(
+        _StopInValidation(threading.Event(), at=0),  # the same task, never stopped
+        _params(),
+        config,
+        checkpoints=store,
+        report=lambda e, m: again.append((e, m)) or False,
+        device="cpu",
+    )
+    assert second.status == "completed" and second.resumed_from == {"epoch": 1, "step": 4}
+    assert second.optimizer_steps == whole.optimizer_steps == 12
+    assert second.metrics == whole.metrics and second.train_losses == whole.train_losses
+    assert again == [(1, whole.metrics[0]), (2, whole.metrics[1]), (3, whole.metrics[2])]
+    assert_same_weights(weights(store), weights(whole_store))
+
+
+def test_a_stop_after_the_last_validation_batch_keeps_the_finished_validation(store: Any) -> None:
+    stop = threading.Event()
+    task = _StopInValidation(stop, at=2)  # epoch 1's last validation batch
+    result = train(
+        task, _params(), TrainConfig(epochs=3), checkpoints=store, stop=stop, device="cpu"
+    )
+    assert result.status == "preempted" and len(result.metrics) == 1  # epoch 1 validated
+    loop = store.load()["train_state"]["loop"]
+    assert (loop["epoch"], loop["step"]) == (1, 0)  # stopped before epoch 2's first step
+
+
 def test_checkpoints_every_n_seconds_within_an_epoch(tmp_path: Any) -> None:
     writes: list[tuple[int, int]] = []
 
