@@ -331,6 +331,10 @@ def _fit(
     # The result shares these lists, so it holds the history however the run ends.
     result.metrics, result.train_losses = metrics, train_losses
 
+    def stopped() -> bool:
+        """SIGTERM or `stop`: asked before every step and every validation batch."""
+        return any(event.is_set() for event in stops)
+
     def save_checkpoint() -> bool:
         """Everything needed to go on exactly from here; False if the store failed."""
         nonlocal last_save
@@ -401,7 +405,7 @@ def _fit(
             for step, batch in data.steps(order, micro_batches, start=first_step, shard=shard):
                 # Between two optimizer steps no gradient is half accumulated: the one place
                 # where a checkpoint is complete and the run can stop.
-                preempted = any(event.is_set() for event in stops)
+                preempted = stopped()
                 if preempted or (
                     checkpoints is not None
                     and time.monotonic() - last_save >= config.checkpoint_every_s
@@ -434,9 +438,7 @@ def _fit(
             batches = eval_batches(
                 task.val_set, val_tensors, batch_size=eval_batch_size, device=device
             )
-            metric = _evaluate(
-                model, task, batches, stopped=lambda: any(event.is_set() for event in stops)
-            )
+            metric = _evaluate(model, task, batches, stopped=stopped)
             if metric is None:
                 # Stopped in validation (a spot instance's notice, a fence): this epoch's steps
                 # are all done, so the checkpoint says so now rather than after a validation
