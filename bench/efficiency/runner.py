@@ -673,7 +673,15 @@ def main(argv: list[str] | None = None) -> int:
             return _bad_input(f"--storage: {exc}")
     if args.report_only:
         strategies = [s for s in strategies if any((i, s) in results for i in instances)]
-        instances = [i for i in instances if (i, "random") in results or reference]
+        left_out = [i for i in instances if (i, "random") not in results and not reference]
+        if left_out and len(left_out) == len(instances):
+            return _bad_input(
+                f"--report-only: no cached study of random search (the reference) for "
+                f"{', '.join(left_out)} in {args.cache}"
+            )
+        if left_out:
+            print(f"left out, no cached random search: {', '.join(left_out)}", file=sys.stderr)
+        instances = [i for i in instances if i not in left_out]
     pool = mp.get_context("spawn").Pool(n_jobs) if n_jobs > 1 and todo else None
     try:
         mapped = pool.imap_unordered(_run_job_quiet, todo) if pool else map(_run_job_quiet, todo)

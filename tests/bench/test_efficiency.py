@@ -195,6 +195,11 @@ def test_bad_flags_are_one_line_exit_2_and_nothing_written(
         (["--metric", "val_f1"], "--metric: unknown metric 'val_f1'"),
         (["--suite", "dev", "--instances", "189906"], "--suite and --instances: give one"),
         (["--benchmark", "digits", "--metric", "val_cross_entropy"], "--metric: digits is"),
+        (
+            # Nothing cached for the instance (a typo, or another cache file): no empty report.
+            ["--instances", "99999", "--report-only", "--cache", "none.jsonl"],
+            "--report-only: no cached study of random search (the reference) for 99999",
+        ),
     ],
 )
 def test_bad_suite_and_metric_flags_are_one_line_exit_2_and_nothing_written(
