@@ -228,18 +228,14 @@ def test_the_simulated_default_pauses_hedges_where_the_workers_do(
     assert (schedule.hedged_level() if hedge else schedule.level) == first
 
 
-@given(
-    promoted=st.lists(st.sampled_from([True, False, None]), min_size=1, max_size=8),
-    until=st.integers(1, 600),
-)
+@given(promoted=st.lists(st.booleans(), min_size=1, max_size=8), until=st.integers(1, 600))
 def test_the_simulated_backoff_hedges_the_trials_the_workers_hedge(
-    promoted: list[bool | None], until: int
+    promoted: list[bool], until: int
 ) -> None:
     """The spacing of the hedges, stated twice: by the workers (`next_is_hedge`, over the trials
-    a sampler sees) and by the simulation (`_BackoffHedge`, hedge10-r9-backoff). The k-th
-    hedge is promoted past its rung if `promoted[k % len]` is True, judged there and stopped if
-    False, and still training below it when the later trials are sampled if None (as with
-    parallel workers, or a hedge handed back by a dead machine). Both hedge the same trials."""
+    a sampler sees) and by the simulation (`_BackoffHedge`, hedge10-r9-backoff). With one
+    worker each hedge is judged at its rung before the next trials start; the k-th hedge is
+    promoted past it if `promoted[k % len]`. Both hedge the same trials."""
     spec = STRATEGIES["hedge10-r9-backoff"]
     level = spec["hedge_level"]
     assert (spec["hedge"], spec["hedge_backoff"]) == (hedge.EVERY, hedge.LONGEST)
@@ -259,10 +255,9 @@ def test_the_simulated_backoff_hedges_the_trials_the_workers_hedge(
         simulated.before_trial(study, SimpleNamespace(number=number))
         if mine:
             ours.append(number)
-        judged = promoted[(len(ours) - 1) % len(promoted)] if mine else False
-        reached = {True: level + 1, False: level if mine else 1, None: level // 3}[judged]
+        won = mine and promoted[(len(ours) - 1) % len(promoted)]
+        reached = level + 1 if won else (level if mine else 1)
         seen.append(SimpleNamespace(number=number, intermediate_values={reached: 0.5}))
         attrs = {hedge.HEDGE_ATTR: level} if mine else {}
-        state = TrialState.RUNNING if judged is None else TrialState.COMPLETE
-        shown.append(light_trial(number, number, state, attrs, {reached: 0.5}))
+        shown.append(light_trial(number, number, TrialState.COMPLETE, attrs, {reached: 0.5}))
     assert ours == simulated.hedges
