@@ -17,7 +17,11 @@ Which trials: trial 9 is the first hedge. The gap to the next one starts at `EVE
 doubles, up to `LONGEST`, for each hedge in a row (the latest first) judged at its rung and not
 promoted past it; a hedge promoted past its rung sets the gap back to `EVERY`. A hedge not yet
 judged (still training towards its rung, or handed back by a machine that died) counts neither
-way. Where every hedge loses, as nearly everywhere: trials 9, 29, 69, 109, 149, ... A hedge
+way: with parallel workers the next trials are sampled while the first hedge trains, so a few
+more hedges come early (9, 19, 29, 69, ... where one worker hedges 9, 29, 69, ...). Counting
+it as lost, as the one-worker simulation reads it, was measured and not kept: 7.8x against
+8.9x with 8 workers, 6.8x against 7.7x with 32 (bench/BENCHMARKS.md, "Hedges with parallel
+workers"). Where every hedge loses, as nearly everywhere: trials 9, 29, 69, 109, 149, ... A hedge
 costs a few epochs of a random configuration each time, and it rarely wins (1 in 57 promoted
 past rung 9 on two LCBench instances): its value is in what TPE learns from its rung-9 result.
 In simulation on 20 seeds of the 24 LCBench development instances (bench/BENCHMARKS.md, "A
