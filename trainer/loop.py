@@ -335,6 +335,13 @@ def _fit(
         """SIGTERM or `stop`: asked before every step and every validation batch."""
         return any(event.is_set() for event in stops)
 
+    def preempt(saved: bool, where: str) -> str:
+        """The end of a stopped run, its checkpoint written (or not: `saved`) at `where`."""
+        if not saved:
+            result.reason = "preempted without a checkpoint: progress is lost"
+        log.info("preempted %s", where)
+        return "preempted"
+
     def save_checkpoint() -> bool:
         """Everything needed to go on exactly from here; False if the store failed."""
         nonlocal last_save
@@ -413,10 +420,7 @@ def _fit(
                     losses.check()  # never checkpoint a run that has already diverged
                     saved = save_checkpoint()
                     if preempted:
-                        if not saved:
-                            result.reason = "preempted without a checkpoint: progress is lost"
-                        log.info("preempted at epoch %d step %d", epoch, step)
-                        return "preempted"
+                        return preempt(saved, f"at epoch {epoch} step {step}")
                 for inputs, targets, weight in batch:
                     with accelerator.accumulate(model):
                         loss = micro_step(
@@ -444,10 +448,7 @@ def _fit(
                 # are all done, so the checkpoint says so now rather than after a validation
                 # that may outlast the notice; a resumed run validates this epoch first.
                 step = data.steps_per_epoch
-                if not save_checkpoint():
-                    result.reason = "preempted without a checkpoint: progress is lost"
-                log.info("preempted in validation after epoch %d's steps", epoch + 1)
-                return "preempted"
+                return preempt(save_checkpoint(), f"in validation after epoch {epoch + 1}'s steps")
             metrics.append(metric)
             train_losses.append(losses.end_epoch())
             epoch, step, order = epoch + 1, 0, None

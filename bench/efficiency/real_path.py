@@ -329,11 +329,11 @@ def _vacuum_if_autovacuum_is_off(storage: Any) -> None:
     the planner has no statistics, and the same study ran 2.5x as long on a database holding
     60 earlier studies as on a fresh one (the claim's plan), which a run of many studies would
     count against its later studies. With autovacuum on, PostgreSQL does this itself."""
-    import sqlalchemy as sa
+    from search.db.migrate import autovacuum_on
 
-    with storage.autocommit() as conn:
-        if conn.execute(sa.text("SHOW autovacuum")).scalar() == "off":
-            conn.execute(sa.text("VACUUM ANALYZE"))
+    if not autovacuum_on(storage):
+        with storage.autocommit() as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE")
 
 
 def hpsearch_study(

@@ -9,7 +9,13 @@ from typing import Any
 from search.commands.common import add_storage_flags, artifacts_dir, storage_url
 from search.db.fleet import count_workers
 from search.db.liveness import live_workers
-from search.db.migrate import check_schema, current_revision, table_count, upgrade
+from search.db.migrate import (
+    autovacuum_on,
+    check_schema,
+    current_revision,
+    table_count,
+    upgrade,
+)
 from search.db.roles import VIEWER_ROLE, WORKER_ROLE, RoleNames, grant_roles
 from search.db.storage import Storage, open_storage
 from search.errors import EXIT_OK
@@ -94,12 +100,6 @@ AUTOVACUUM_OFF = (
     "measured after 60 studies); turn it on (PostgreSQL's default) or run VACUUM ANALYZE now "
     "and then"
 )
-
-
-def autovacuum_on(storage: Storage) -> bool:
-    """Whether the PostgreSQL server runs autovacuum (its default; off on some CI servers)."""
-    with storage.autocommit() as conn:
-        return conn.exec_driver_sql("SHOW autovacuum").scalar() != "off"
 
 
 def cmd_delete(args: argparse.Namespace) -> int:

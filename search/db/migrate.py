@@ -32,6 +32,7 @@ from search.errors import first_line
 
 __all__ = [
     "VERSION_TABLE",
+    "autovacuum_on",
     "check_schema",
     "head_revision",
     "migrations_dir",
@@ -235,6 +236,13 @@ def migrations_dir() -> Path:
         if (folder / "env.py").is_file():
             return folder
     raise StorageError("hpsearch's migrations are missing from this installation")
+
+
+def autovacuum_on(storage: Storage) -> bool:
+    """Whether a PostgreSQL server runs autovacuum (its default; off on some CI servers):
+    without it the workers' dead rows pile up and the planner has no statistics."""
+    with storage.autocommit() as conn:
+        return conn.exec_driver_sql("SHOW autovacuum").scalar() != "off"
 
 
 def table_count(storage: Storage) -> int:
