@@ -22,6 +22,7 @@ import importlib.util
 import math
 import tomllib
 from dataclasses import MISSING, fields
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from search.study.space import (
     Scalar,
 )
 from trainer.config import OPTIMIZERS, PRECISIONS, SHARDINGS, TrainConfig
+from trainer.tasks import BUILTIN_METRICS
 
 __all__ = [
     "check_tracker_installed",
@@ -124,6 +126,7 @@ def parse_config(data: dict[str, Any]) -> StudyConfig:
     refused = storage_problem(study.name, study.metric, (p.name for p in space))
     if refused is not None:
         raise ConfigError(refused)
+    _check_builtin_metric(study, task)
     return config
 
 
@@ -367,12 +370,15 @@ def _param(name: str, spec: Any) -> Param:
             raise ConfigError(f"space.{name}.step: must be >= 1, got {step}")
         if log and step != 1:
             raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
+        _check_step_divides(name, low, high, step)
         return IntParam(name=name, low=low, high=high, log=log, step=step)
     step = s.get("step", (int, float))
     if step is not None and step <= 0:
         raise ConfigError(f"space.{name}.step: must be > 0, got {step}")
     if step is not None and log:
         raise ConfigError(f"space.{name}: log = true cannot be combined with step = {step}")
+    if step is not None:
+        _check_step_divides(name, low, high, step)
     return FloatParam(
         name=name,
         low=float(low),
@@ -380,6 +386,20 @@ def _param(name: str, spec: Any) -> Param:
         log=log,
         step=None if step is None else float(step),
     )
+
+
+def _check_step_divides(name: str, low: float, high: float, step: float) -> None:
+    """A step that does not divide high - low would have Optuna lower `high` to the last step
+    below it, with a warning nobody sees, and never try the high the config names. Decimal
+    arithmetic, as Optuna's own check, so that 0.1 divides 0.5."""
+    span = Decimal(str(high)) - Decimal(str(low))
+    rest = span % Decimal(str(step))
+    if rest != 0:
+        last = Decimal(str(high)) - rest
+        raise ConfigError(
+            f"space.{name}: step = {step} does not divide high - low = {span} (the highest "
+            f"value tried would be {last}, not {high}); change high or step"
+        )
 
 
 def _grid(table: Any, space: tuple[Param, ...]) -> GridSettings:
@@ -457,6 +477,27 @@ def check_tracker_installed(tracker: str) -> None:
         raise ConfigError(
             f"tracking.{tracker}: the {tracker} package is not installed here: "
             f"pip install 'hpsearch[{tracker}]'"
+        )
+
+
+def _check_builtin_metric(study: StudySettings, task: TaskSettings) -> None:
+    """A built-in task computes one score: a study of it must name that score and improve it
+    the way it improves (else `metric = "val_loss"` with `direction = "minimize"` would search
+    for the least accurate model, under the loss's name)."""
+    if task.name not in BUILTIN_METRICS:
+        return
+    metric, direction = BUILTIN_METRICS[task.name]
+    if study.metric != metric:
+        raise ConfigError(
+            f"study.metric: the built-in task {task.name!r} reports {metric!r}, got "
+            f"{study.metric!r} (for another score, write your own task: task.name = "
+            "'package.module:function')"
+        )
+    if study.direction != direction:
+        raise ConfigError(
+            f"study.direction: {metric!r} of the built-in task {task.name!r} is better when "
+            f"{'higher' if direction == 'maximize' else 'lower'}: direction = {direction!r}, "
+            f"got {study.direction!r}"
         )
 
 

@@ -11,10 +11,14 @@ import sys
 
 from trainer.task import TaskFactory
 
-__all__ = ["BUILTIN_TASKS", "TaskImportError", "resolve_task"]
+__all__ = ["BUILTIN_METRICS", "BUILTIN_TASKS", "TaskImportError", "resolve_task"]
 
 BUILTIN_TASKS: dict[str, str] = {"digits": "trainer.tasks.digits:make_task"}
 """Built-in task names and the factory each stands for."""
+
+BUILTIN_METRICS: dict[str, tuple[str, str]] = {"digits": ("val_accuracy", "maximize")}
+"""The score each built-in task's metric_fn computes, and the direction that improves it: a
+study of a built-in task names that metric (its `[study] metric` is a name, not a choice)."""
 
 
 class TaskImportError(ValueError):

@@ -60,6 +60,16 @@ CONFIG_CASES = [
     ("unknown-key-typo", _replace("sampler = ", "samplr = "), "did you mean 'sampler'"),
     ("unknown-sampler", _replace('"random"', '"bayes"'), 'study.sampler: unknown value "bayes"'),
     ("bad-direction", _replace('"maximize"', '"up"'), 'study.direction: unknown value "up"'),
+    (
+        "builtin-task-other-metric",
+        _replace("seed = 1", 'seed = 1\nmetric = "val_loss"'),
+        "study.metric: the built-in task 'digits' reports 'val_accuracy', got 'val_loss'",
+    ),
+    (
+        "builtin-task-minimized",
+        _replace('"maximize"', '"minimize"'),
+        "study.direction: 'val_accuracy' of the built-in task 'digits' is better when higher",
+    ),
     ("zero-trials", _replace("n_trials = 4", "n_trials = 0"), "study.n_trials: must be >= 1"),
     ("trials-not-int", _replace("n_trials = 4", 'n_trials = "4"'), "study.n_trials: must be an"),
     ("negative-seed", _replace("seed = 1", "seed = -1"), "study.seed: must be in [0, 2**32)"),
@@ -78,6 +88,17 @@ CONFIG_CASES = [
     ("unknown-param-type", _replace('type = "int"', 'type = "integer"'), "space.width.type"),
     ("empty-choices", _replace("choices = [64, 128]", "choices = []"), "at least one value"),
     ("float-step-zero", _replace("log = true }\nwidth", "step = 0 }\nwidth"), "space.lr"),
+    (
+        "float-step-not-dividing",
+        _replace("low = 1e-4, high = 3e-1, log = true", "low = 0.0, high = 0.5, step = 0.3"),
+        "space.lr: step = 0.3 does not divide high - low = 0.5 (the highest value tried would "
+        "be 0.3, not 0.5)",
+    ),
+    (
+        "int-step-not-dividing",
+        _replace("low = 4, high = 24, log = true", "low = 4, high = 24, step = 3"),
+        "space.width: step = 3 does not divide high - low = 20",
+    ),
     ("unknown-pruner", _replace('type = "hyperband"', 'type = "bohb"'), "pruner.type"),
     (
         "zero-epoch-budget",

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from search.study.parse_config import load_config, parse_config
 from search.study.settings import ConfigError, StudyConfig
@@ -171,3 +173,46 @@ def test_asha_and_hyperband_with_promotion_pause_at_rungs() -> None:
     assert parse_config(data).pruner.pauses
     data["pruner"] = {"type": "hyperband"}
     assert not parse_config(data).pruner.pauses  # Optuna's stop-only Hyperband, as before
+
+
+# -- a step that does not divide the range: our rule beside Optuna's ---------------------------
+
+
+def _stepped(kind: str, low: float, high: float, step: float) -> dict[str, Any]:
+    return with_change("space.x", {"type": kind, "low": low, "high": high, "step": step})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    low=st.integers(-50, 50),
+    span=st.integers(1, 60),
+    step=st.integers(1, 25),
+    scale=st.sampled_from([1, 0.1, 0.01, 0.25, 0.001]),
+)
+def test_a_step_is_refused_exactly_when_optuna_would_lower_high(
+    low: int, span: int, step: int, scale: float
+) -> None:
+    """Optuna lowers `high` to the last step below it, with a warning nobody sees, where the
+    step does not divide the range; the config refuses exactly those (floats in decimal steps
+    such as 0.1, and ints)."""
+    import warnings
+
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    kind = "int" if scale == 1 else "float"
+    lo, hi, st_ = (
+        (low, low + span, step)
+        if kind == "int"
+        else (round(low * scale, 3), round((low + span) * scale, 3), round(step * scale, 3))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dist = (IntDistribution if kind == "int" else FloatDistribution)(lo, hi, step=st_)
+    lowered = dist.high != hi
+    try:
+        parse_config(_stepped(kind, lo, hi, st_))
+    except ConfigError as exc:
+        assert lowered, f"refused, yet Optuna keeps high = {hi}: {exc}"
+        assert str(exc).startswith(f"space.x: step = {st_} does not divide high - low")
+    else:
+        assert not lowered, f"accepted, yet Optuna lowers high {hi} to {dist.high}"
