@@ -129,12 +129,15 @@ def asha_study(
     eta: int = 3,
     brackets: int = 1,
     adapt: dict[str, Any] | None = None,
+    free_top: bool = False,
     **kw: Any,
 ) -> Run:
     """Promotion ASHA (several brackets: Hyperband with promotion) on a simulated clock.
     `sampler`: a name for `make_optuna_sampler`, or a sampler to use as it is. `adapt`:
     retire rungs whose ranking misleads (`search.pruning.adaptive.first_active_level`, with
-    these keyword arguments), decided when a trial starts, as the workers do; one bracket."""
+    these keyword arguments), decided when a trial starts, as the workers do; one bracket.
+    `free_top`: at the last rung below the full length, the best trial recorded there goes on
+    before eta trials have arrived (the top 1/eta, or at least the best)."""
     from search.pruning.adaptive import RungSchedule
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -167,7 +170,10 @@ def asha_study(
             rec = recorded[k]
             if not paused[k]:
                 continue
-            top = sorted(rec, reverse=True)[: len(rec) // eta]
+            goes_on = len(rec) // eta
+            if free_top and k == len(levels) - 2:
+                goes_on = max(goes_on, 1)
+            top = sorted(rec, reverse=True)[:goes_on]
             for _, number in top:
                 if number in paused[k]:
                     paused[k].discard(number)
