@@ -245,13 +245,16 @@ STRATEGIES["last-step"] = {**STRATEGIES["default"], "last_step": True}
 # before three have arrived there (asha_study's `free_top`): the first fully trained trials
 # come sooner, for at most two promotions more a study (the ranking at 27 epochs is nearly the
 # final one: Spearman's rho 0.94-0.99 over random configurations, bench/efficiency/landscape.py).
+# On 5 seeds: 8.9x against 10.6x, 114 seeds reaching against 118: the first finished trial,
+# picked on fewer rivals, steers TPE (bench/BENCHMARKS.md, "the best trial there finished at
+# once"). Not taken.
 STRATEGIES["free-top"] = {**STRATEGIES["default"], "schedule": {"free_top": True}}
 
 # Parallel workers on the simulated clock (`asha_study`'s `workers`; LCBench's runtimes decide
 # the order in which trials end), with and without TPE's constant liar (running trials that
 # have reported nothing shown to it as bad results, so that workers spread out). On 10 seeds of
 # six instances, 8 workers: 5.4x with the liar, 6.6x without, slower without on 4 of the 6;
-# not taken (bench/BENCHMARKS.md, "Parallel workers on a clock that is truly parallel").
+# not taken (bench/BENCHMARKS.md, "parallel workers on a clock that is truly parallel").
 for _w in (8, 32):
     STRATEGIES[f"w{_w}"] = {**STRATEGIES["default"], "schedule": {"workers": _w}}
     STRATEGIES[f"w{_w}-noliar"] = {**STRATEGIES[f"w{_w}"], "tpe": {"constant_liar": False}}
