@@ -237,7 +237,7 @@ STRATEGIES["ei48"] = {**STRATEGIES["default"], "tpe": {"n_ei_candidates": 48}}
 # LCBench (min 1, eta 3, 50 epochs) rungs at 1, 3 and 9 epochs, no pause at 27. A trial
 # promoted from 9 epochs trains to 50 at once: a promotion past 27 epochs saves 23 at most (a
 # step of 1.85x, where every other rung's is 3x), and waiting for three rivals at 27 delays the
-# first fully trained trials. On 5 seeds: 9.4x against the default's 10.6x (slower on 17 of
+# first fully trained trials. On 5 seeds: 9.4x against the default's 10.6x (slower on 18 of
 # 24; bench/BENCHMARKS.md, "Without the rung at 27 epochs"). Not taken.
 STRATEGIES["last-step"] = {**STRATEGIES["default"], "last_step": True}
 
