@@ -480,8 +480,16 @@ def _bad_numbers(args: argparse.Namespace) -> str | None:
     ):
         if value is not None and value < 1:
             return f"{flag}: must be at least 1, got {value}"
-    if not args.time_scale > 0:
-        return f"--time-scale: must be above 0, got {args.time_scale}"
+    if args.jobs is not None and args.jobs > 1 and args.workers > 1:
+        # Each study of W workers is W processes already, which a study run in a pool's
+        # (daemonic) process may not start; and studies side by side would share the CPUs
+        # that `--time-scale` assumes are the workers'.
+        return (
+            f"--jobs: studies of --workers {args.workers} run one at a time, "
+            f"got --jobs {args.jobs} (leave --jobs out)"
+        )
+    if not math.isfinite(args.time_scale) or not args.time_scale > 0:
+        return f"--time-scale: must be a finite number above 0, got {args.time_scale}"
     from bench.efficiency.real_path import full_training
 
     full = full_training(args.benchmark)

@@ -160,7 +160,12 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
             "--budget-epochs: 20 is less than one full training (27 epochs on digits)",
         ),
         (["--workers", "0"], "--workers: must be at least 1, got 0"),
-        (["--time-scale", "0"], "--time-scale: must be above 0"),
+        (["--time-scale", "0"], "--time-scale: must be a finite number above 0, got 0.0"),
+        (["--time-scale", "inf"], "--time-scale: must be a finite number above 0, got inf"),
+        (
+            ["--workers", "2", "--jobs", "2"],
+            "--jobs: studies of --workers 2 run one at a time, got --jobs 2",
+        ),
         (["--strategies", "nope"], "--strategies: unknown or not for lcbench: nope"),
         (["--reference", "missing.json"], "--reference: cannot read missing.json"),
         (
