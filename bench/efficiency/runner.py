@@ -464,7 +464,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--jobs",
         type=int,
         default=None,
-        help="studies run at once (default: CPUs, or 1 with --workers > 1)",
+        help="studies run at once (default: CPUs; with --workers > 1 only 1)",
     )
     args = parser.parse_args(argv)
     return args
