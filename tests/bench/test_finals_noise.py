@@ -88,31 +88,21 @@ def test_cross_entropy_is_read_minimised_and_a_missing_study_is_named(tmp_path: 
     assert missing == "b optuna-tpe seed 0"
 
 
+def _command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.efficiency.finals_noise", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_the_command_says_what_to_run_when_the_cache_lacks_a_study(tmp_path: Path) -> None:
     cache = tmp_path / "c.jsonl"
     cache.write_text("")
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.efficiency.finals_noise", "--cache", str(cache)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _command("--cache", str(cache))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "not in" in done.stderr and "python -m bench.efficiency --suite dev" in done.stderr
-    odd = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.efficiency.finals_noise",
-            "--cache",
-            str(cache),
-            "--seeds",
-            "1",
-        ],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert odd.returncode == 2 and "--seeds must be at least 2" in odd.stderr
+    few = _command("--cache", str(cache), "--seeds", "1")
+    assert few.returncode == 2 and "--seeds must be at least 2" in few.stderr
