@@ -43,7 +43,7 @@ from bench.efficiency.lcbench import METRICS
 from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
 from bench.efficiency.variants import RandomFraction as _RandomFraction
-from bench.stamp import append_line, write_json
+from bench.stamp import append_line, open_to_append, read_lines, unwritable, write_json
 from search.pruning.adaptive import RungSchedule as _RungSchedule
 from search.sampling import hedge
 
@@ -767,12 +767,8 @@ def _job(args: tuple[str, str, int, int, str, str | None, str]) -> tuple[str, di
 
 
 def _read(path: str) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    if os.path.exists(path):
-        for line in Path(path).read_text().splitlines():
-            d = json.loads(line)
-            out[d["key"]] = d
-    return out
+    """The cached studies by key (`bench.stamp.read_lines`: a line cut short is left out)."""
+    return {row["key"]: row for row in read_lines(path)}
 
 
 def _fmt(x: float | None) -> str:
@@ -893,7 +889,7 @@ def _run(
         return
     t0 = time.perf_counter()
     Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
-    with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open(args.cache, "a") as fh:
+    with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open_to_append(args.cache) as fh:
         for i, (key, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=1)):
             cached[key] = {"key": key, **row}
             append_line(fh, {"key": key, **row})  # stamped: commit, command, date, load
@@ -939,7 +935,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown strategy {unknown[0]!r}: one of {', '.join(STRATEGIES)}")
     if "random" not in names:
         names.append("random")
-    cached = _read(args.cache)
+    wrong = (unwritable("--json", args.json) if args.json else None) or (
+        None if args.report_only else unwritable("--cache", args.cache)
+    )
+    if wrong:
+        parser.error(wrong)
+    try:
+        cached = _read(args.cache)
+    except (OSError, ValueError) as exc:
+        parser.error(f"--cache: {exc}")
     keys = {
         (name, inst, seed): cache_key(name, inst, seed, args.budget_epochs, args.metric)
         for seed in range(args.seeds)

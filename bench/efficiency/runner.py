@@ -94,7 +94,7 @@ from bench.efficiency.real_path import (  # noqa: E402
     study_config,
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
-from bench.stamp import write_json  # noqa: E402
+from bench.stamp import open_to_append, read_lines, unwritable, write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
 
@@ -339,14 +339,18 @@ def _cache_key(job: Job) -> str:
 
 
 def _read_cache(path: str | None) -> dict[str, Run]:
+    """The cached studies by key (`bench.stamp.read_lines`: a line cut short is left out)."""
     out: dict[str, Run] = {}
-    if path and os.path.exists(path):
-        with open(path) as fh:
-            for line in fh:
-                row = json.loads(line)
-                run = Run([tuple(f) for f in row["finished"]], row["epochs"], row["extra"])
-                out[row["key"]] = run
+    for row in read_lines(path) if path else []:
+        try:
+            out[row["key"]] = Run([tuple(f) for f in row["finished"]], row["epochs"], row["extra"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: a row without its study ({exc!r})") from exc
     return out
+
+
+def _json_path(args: argparse.Namespace) -> Path:
+    return Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
 
 
 _STAMP: dict[str, str] = {}
@@ -360,7 +364,7 @@ def _append_cache(path: str | None, job: Job, run: Run) -> None:
             _STAMP["commit"] = _commit()
         row = {"key": _cache_key(job), "finished": run.finished, "epochs": run.epochs}
         stamp = {**_STAMP, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with open(path, "a") as fh:
+        with open_to_append(path) as fh:
             fh.write(json.dumps({**row, "extra": run.extra, "stamp": stamp}) + "\n")
 
 
@@ -578,6 +582,23 @@ def _bad_input(message: str) -> int:
     return 2
 
 
+def _end_children(pool: Any) -> None:
+    """Ctrl-C, kill, a failed study: the studies still running end now, by SIGKILL (their
+    Workers would take SIGTERM as a spot machine's notice, hand their trial back and, in the
+    processes of `--workers W`, wait for the next study for ever).
+
+    A pool process killed while idle can die holding the pool's queue lock, and the pool's
+    exit handler (`terminate`) then waited on that lock for ever (seen when --cache could not
+    be written). So `terminate` runs here, in a thread given 5 s: it runs once, and the exit
+    no longer waits for it."""
+    for child in mp.active_children():
+        child.kill()
+    if pool is not None:
+        ending = threading.Thread(target=pool.terminate, daemon=True)
+        ending.start()
+        ending.join(timeout=5)
+
+
 def _exit_on_sigterm() -> None:
     """`kill` (SIGTERM or SIGHUP) ends this process as Ctrl-C does, through its `finally`s
     and exit handlers, which stop the worker processes it started; by default these signals
@@ -587,11 +608,15 @@ def _exit_on_sigterm() -> None:
         return  # main() called from a thread (not the command): the caller's signals
 
     def exit_now(signum: int, _frame: Any) -> None:
-        # The worker processes go first: unwinding ends a study's `with TemporaryDirectory()`
-        # (bench/efficiency/real_path.py) before this module's handler kills them, and a
-        # worker that opened its epoch log in between died with a traceback (seen in CI).
-        for child in mp.active_children():
-            child.kill()
+        # The processes of `--workers W` go first: unwinding ends a study's `with
+        # TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children` kills
+        # them, and a worker that opened its epoch log in between died with a traceback (seen
+        # in CI). The pool of `--jobs` is left to `_end_children`, whose lock it minds.
+        from bench.efficiency import real_path
+
+        if real_path._POOL is not None:
+            for process in real_path._POOL.procs:
+                process.kill()
         sys.exit(128 + signum)
 
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -602,6 +627,10 @@ def main(argv: list[str] | None = None) -> int:
     _exit_on_sigterm()
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
+    if not wrong:
+        wrong = unwritable("--json", _json_path(args))
+    if not wrong and args.cache and not args.report_only:
+        wrong = unwritable("--cache", args.cache)
     if wrong:
         return _bad_input(wrong)
     digits = args.benchmark == "digits"
@@ -672,7 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     load_before = _uptime()
     results: dict[tuple[str, str], list[Run]] = {}
-    cached = _read_cache(args.cache)
+    try:
+        cached = _read_cache(args.cache)
+    except (OSError, ValueError) as exc:
+        return _bad_input(f"--cache: {exc}")
     todo = []
     for job in jobs:
         run = cached.get(_cache_key(job))
@@ -715,11 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     except BaseException:
-        # Ctrl-C, kill, a failed study: the studies still running end now. SIGKILL: their
-        # Workers take SIGTERM as a spot machine's notice, hand their trial back and wait for
-        # the next study, which would hold this process's exit for ever.
-        for child in mp.active_children():
-            child.kill()
+        _end_children(pool)
         raise
     if pool:
         pool.close()
@@ -834,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({100 * (d['reached_share'] or 0):.0f}%) "
             f"| {out['seconds_per_study'].get(strategy, 0):.1f} |"
         )
-    path = Path(args.json or REPO / "bench" / "results" / f"efficiency-{args.benchmark}.json")
+    path = _json_path(args)
     write_json(path, out)
     print(f"\nwritten {path}")
     return 0

@@ -162,6 +162,8 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
         (["--workers", "0"], "--workers: must be at least 1, got 0"),
         (["--time-scale", "0"], "--time-scale: must be a finite number above 0, got 0.0"),
         (["--time-scale", "inf"], "--time-scale: must be a finite number above 0, got inf"),
+        (["--cache", "nodir/c.jsonl"], "--cache: no directory nodir"),
+        (["--cache", "."], "--cache: . is a directory"),
         (
             ["--workers", "2", "--jobs", "2"],
             "--jobs: studies of --workers 2 run one at a time, got --jobs 2",
@@ -489,3 +491,25 @@ def test_killing_the_runner_stops_its_worker_processes(pg_url: str, tmp_path: Pa
     assert runner.returncode == 128 + 15, err
     assert "Traceback" not in err, err
     assert alive == [], f"worker processes left running: {alive}"
+
+
+def test_a_cache_line_cut_short_by_a_kill_is_left_out_and_the_next_line_starts_afresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed while it appended leaves half a line: the study on it runs again, and the
+    next study's line is its own (not glued to the half line, which would lose both)."""
+    from bench.efficiency.runner import Job, _append_cache, _read_cache
+
+    cache = tmp_path / "c.jsonl"
+    jobs = [Job("lcbench", "189906", "default", seed, 5000, 1, None, None, 0.0) for seed in (0, 1)]
+    _append_cache(str(cache), jobs[0], Run([(50, 90.0)], 5000))
+    whole = cache.read_text()
+    cache.write_text(whole + whole[: len(whole) // 2])  # the second append, killed halfway
+    assert len(_read_cache(str(cache))) == 1
+    assert "1 line(s) cut short or unreadable, left out" in capsys.readouterr().err
+    _append_cache(str(cache), jobs[1], Run([(50, 91.0)], 5000))
+    runs = _read_cache(str(cache))
+    assert sorted(r.finished[0][1] for r in runs.values()) == [90.0, 91.0]
+    (tmp_path / "result.json").write_text('{\n  "made": {}\n}\n')
+    with pytest.raises(ValueError, match="is not a cache of the benchmarks"):
+        _read_cache(str(tmp_path / "result.json"))  # nothing is ever appended to it
