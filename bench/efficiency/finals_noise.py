@@ -38,7 +38,7 @@ from bench.efficiency.runner import (
     _maximize,
     _read_cache,
 )
-from bench.stamp import write_json
+from bench.stamp import unwritable, write_json
 
 
 def finals(
@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 2:
         print("bench.efficiency.finals_noise: --seeds must be at least 2", file=sys.stderr)
+        return 2
+    wrong = unwritable("--json", args.json) if args.json else None
+    if wrong:
+        print(f"bench.efficiency.finals_noise: {wrong}", file=sys.stderr)
         return 2
     try:
         cache = _read_cache(args.cache)

@@ -106,3 +106,5 @@ def test_the_command_says_what_to_run_when_the_cache_lacks_a_study(tmp_path: Pat
     assert "not in" in done.stderr and "python -m bench.efficiency --suite dev" in done.stderr
     few = _command("--cache", str(cache), "--seeds", "1")
     assert few.returncode == 2 and "--seeds must be at least 2" in few.stderr
+    nowhere = _command("--cache", str(cache), "--json", str(tmp_path / "no" / "out.json"))
+    assert nowhere.returncode == 2 and "--json: no directory" in nowhere.stderr
