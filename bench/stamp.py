@@ -43,25 +43,26 @@ def write_json(path: str | Path, result: dict[str, Any] | list[Any]) -> None:
     Path(path).write_text(json.dumps({"made": stamp(), **body}, indent=2) + "\n")
 
 
-def read_lines(path: str | Path, key: str = "key") -> list[dict[str, Any]]:
+def read_lines(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a JSON-lines cache ([] if there is no file). A line that is not a JSON
-    object with `key` (cut short by a run killed while it appended) is left out with a
-    warning: the work on it runs again. A file with lines but none of them rows is not such a
-    cache (ValueError), so that no run appends to it."""
+    object with a ``"key"`` (cut short by a run killed while it appended) is left out with a
+    warning naming its line: the work on it runs again. A file with lines but none of them
+    rows is not such a cache (ValueError), so that no run appends to it."""
     if not os.path.exists(path):
         return []
     rows, bad = [], []
     with open(path) as fh:
-        lines = [line for line in fh.read().split("\n") if line.strip()]
-    for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if isinstance(row, dict) and key in row:
-            rows.append(row)
-        else:
-            bad.append(number)
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                row = None
+            if isinstance(row, dict) and "key" in row:
+                rows.append(row)
+            else:
+                bad.append(number)
     if bad and not rows:
         raise ValueError(f"{path} is not a cache of the benchmarks (no line is a row)")
     if bad:

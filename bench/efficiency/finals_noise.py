@@ -116,6 +116,12 @@ def compare(
     return {"instances": rows, "counts": counts}
 
 
+def _bad_input(message: str) -> int:
+    """Say what is wrong in one line, as this module is run; the exit status of bad input."""
+    print(f"bench.efficiency.finals_noise: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", required=True, help="the JSON-lines cache of bench.efficiency")
@@ -130,17 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.seeds < 2:
-        print("bench.efficiency.finals_noise: --seeds must be at least 2", file=sys.stderr)
-        return 2
+        return _bad_input("--seeds must be at least 2")
     wrong = unwritable("--json", args.json) if args.json else None
     if wrong:
-        print(f"bench.efficiency.finals_noise: {wrong}", file=sys.stderr)
-        return 2
+        return _bad_input(wrong)
     try:
         cache = _read_cache(args.cache)
     except (OSError, ValueError) as exc:
-        print(f"bench.efficiency.finals_noise: --cache: {exc}", file=sys.stderr)
-        return 2
+        return _bad_input(f"--cache: {exc}")
     got = compare(
         cache,
         DEV_INSTANCES,
@@ -152,14 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         args.alpha,
     )
     if isinstance(got, str):
-        print(
-            f"bench.efficiency.finals_noise: not in {args.cache}: {got} (run python -m "
+        return _bad_input(
+            f"not in {args.cache}: {got} (run python -m "
             f"bench.efficiency --suite dev --seeds {2 * args.seeds} --metric {args.metric} "
             f"--strategies {args.peer},{args.strategy} --no-reference --cache {args.cache}; "
-            f"the strategy needs only the first {args.seeds})",
-            file=sys.stderr,
+            f"the strategy needs only the first {args.seeds})"
         )
-        return 2
     n = args.seeds
     neg = " (negated)" if not _maximize(args.metric) else ""
     print(f"{args.metric}{neg}, {args.budget_epochs} epochs; tolerance as the suite counts it")
