@@ -599,32 +599,76 @@ def _end_children(pool: Any) -> None:
         ending.join(timeout=5)
 
 
-def _exit_on_sigterm() -> None:
-    """`kill` (SIGTERM or SIGHUP) ends this process as Ctrl-C does, through its `finally`s
-    and exit handlers, which stop the worker processes it started; by default these signals
-    end it alone and leave those processes behind, training their study, then waiting for
-    the next one for ever."""
-    if threading.current_thread() is not threading.main_thread():
-        return  # main() called from a thread (not the command): the caller's signals
+_STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
-    def exit_now(signum: int, _frame: Any) -> None:
-        # The processes of `--workers W` go first: unwinding ends a study's `with
-        # TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children` kills
-        # them, and a worker that opened its epoch log in between died with a traceback (seen
-        # in CI). The pool of `--jobs` is left to `_end_children`, whose lock it minds.
-        from bench.efficiency import real_path
 
-        if real_path._POOL is not None:
-            for process in real_path._POOL.procs:
-                process.kill()
-        sys.exit(128 + signum)
+class _Signals:
+    """The stopping signals this process received while it ran studies, whoever handled them.
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, exit_now)
+    `kill` (SIGTERM, SIGHUP) and Ctrl-C end the run through its `finally`s and exit handlers,
+    which stop the worker processes it started (by default SIGTERM and SIGHUP would end it
+    alone and leave those processes behind, training their study, then waiting for the next
+    one for ever). But a study of one worker runs in this process (`--jobs 1`), and its
+    `Worker` holds SIGTERM and SIGINT while it runs: it takes them as a spot machine's notice
+    or a user's Ctrl-C, hands its trial back and ends the study early, returning as if the
+    study were done (SIGTERM) or failing with exit code 130 (Ctrl-C). The study cut short
+    was then cached as if it had spent its budget, and the run went on with the next one.
+    Python writes every signal it handles to the wakeup fd, whichever handler runs, so the
+    runner reads there whether a study it got back was cut short."""
+
+    def __init__(self) -> None:
+        self._read = self._previous = -1
+        self.received: int | None = None
+        if threading.current_thread() is not threading.main_thread():
+            return  # main() called from a thread (not the command): the caller's signals
+
+        def exit_now(signum: int, _frame: Any) -> None:
+            # The processes of `--workers W` go first: unwinding ends a study's `with
+            # TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children`
+            # kills them, and a worker that opened its epoch log in between died with a
+            # traceback (seen in CI). The pool of `--jobs` is left to `_end_children`, whose
+            # lock it minds.
+            from bench.efficiency import real_path
+
+            if real_path._POOL is not None:
+                for process in real_path._POOL.procs:
+                    process.kill()
+            sys.exit(128 + signum)
+
+        for signum in _STOPPING:
+            signal.signal(signum, exit_now)
+        self._read, write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(write, False)
+        self._previous = signal.set_wakeup_fd(write)
+
+    def check(self) -> int | None:
+        """The first stopping signal received so far, if any."""
+        if self._read < 0:
+            return None
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self._read, 512):
+                for signum in data:
+                    if signum in _STOPPING and self.received is None:
+                        self.received = signum
+        return self.received
+
+    def close(self) -> None:
+        if self._read >= 0:
+            os.close(signal.set_wakeup_fd(self._previous))
+            os.close(self._read)
+            self._read = -1
 
 
 def main(argv: list[str] | None = None) -> int:
-    _exit_on_sigterm()
+    signals = _Signals()
+    try:
+        return _main(argv, signals)
+    finally:
+        signals.close()
+
+
+def _main(argv: list[str] | None, signals: _Signals) -> int:
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
     if not wrong:
@@ -732,9 +776,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"left out, no cached random search: {', '.join(left_out)}", file=sys.stderr)
         instances = [i for i in instances if i not in left_out]
     pool = mp.get_context("spawn").Pool(n_jobs) if n_jobs > 1 and todo else None
+    done = 0
     try:
         mapped = pool.imap_unordered(_run_job_quiet, todo) if pool else map(_run_job_quiet, todo)
         for i, (job, run) in enumerate(mapped, start=1):
+            if signals.check() is not None:
+                raise SystemExit(128 + signals.received)  # cut short: not cached
+            done = i
             run.extra["seed"] = job.seed
             results.setdefault((job.instance, job.strategy), []).append(run)
             _append_cache(args.cache, job, run)
@@ -748,7 +796,17 @@ def main(argv: list[str] | None = None) -> int:
             )
     except BaseException:
         _end_children(pool)
-        raise
+        signum = signals.check()
+        if signum is None:
+            raise
+        kept = f"kept in {args.cache}" if args.cache else "not kept (no --cache)"
+        print(
+            f"bench.efficiency: stopped by {signal.Signals(signum).name}: {done} of "
+            f"{len(todo)} studies finished, {kept}; any study still running was cut short and "
+            "left out",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + signum) from None
     if pool:
         pool.close()
         pool.join()
@@ -869,5 +927,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        sys.exit(main())
+    sys.exit(main())

@@ -493,6 +493,48 @@ def test_killing_the_runner_stops_its_worker_processes(pg_url: str, tmp_path: Pa
     assert alive == [], f"worker processes left running: {alive}"
 
 
+@pytest.mark.slow
+@needs_data
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_a_study_cut_short_by_kill_or_ctrl_c_is_not_cached_and_the_run_stops(
+    signum: int, tmp_path: Path
+) -> None:
+    """With one study at a time, the study runs in the runner's own process, where its Worker
+    takes SIGTERM as a spot machine's notice (and Ctrl-C as a user's): it hands its trial back
+    and ends the study early. The runner stops there, says so in one line with its exit
+    status, and leaves the study cut short out of the cache (it was cached as if it had spent
+    its budget, and the run went on; Ctrl-C ended in a traceback)."""
+    cache = tmp_path / "c.jsonl"
+    flags = "--instances 3945 --strategies default --no-reference --seeds 2 --jobs 1"
+    files = ["--data", str(DATA), "--cache", str(cache), "--json", str(tmp_path / "o.json")]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "bench.efficiency", *flags.split(), "--budget-epochs", "3000"]
+        + files,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stderr is not None
+        first = runner.stderr.readline()  # the first study, done and cached
+        assert first.startswith("[1/2] 3945 default seed 0"), first + runner.stderr.read()
+        time.sleep(1.0)  # inside the second one (a few seconds)
+        assert runner.poll() is None, "the second study ended too soon to be cut short"
+        runner.send_signal(signum)
+        _, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 128 + signum, err
+    assert "Traceback" not in err, err
+    name = signal.Signals(signum).name
+    assert f"stopped by {name}: 1 of 2 studies finished, kept in {cache}" in err, err
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 1 and '"seed": 0' in lines[0], lines
+    assert not (tmp_path / "o.json").exists()
+
+
 def test_a_cache_line_cut_short_by_a_kill_is_left_out_and_the_next_line_starts_afresh(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
