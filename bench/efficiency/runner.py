@@ -602,7 +602,7 @@ def _end_children(pool: Any) -> None:
 _STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-class _Signals:
+class RunSignals:
     """The stopping signals this process received while it ran studies, whoever handled them.
 
     `kill` (SIGTERM, SIGHUP) and Ctrl-C end the run through its `finally`s and exit handlers,
@@ -661,14 +661,14 @@ class _Signals:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signals = _Signals()
+    signals = RunSignals()
     try:
         return _main(argv, signals)
     finally:
         signals.close()
 
 
-def _main(argv: list[str] | None, signals: _Signals) -> int:
+def _main(argv: list[str] | None, signals: RunSignals) -> int:
     args = parse_args(argv)
     wrong = _bad_numbers(args) or _bad_choices(args)
     if not wrong:

@@ -28,10 +28,13 @@ import itertools
 import json
 import os
 import pstats
+import signal
 import statistics
 import subprocess
 import sys
 import time
+
+from bench.efficiency.runner import RunSignals
 
 
 def one_study(
@@ -117,6 +120,13 @@ def _median_of_studies(results: list[dict]) -> dict[str, float]:
     }
 
 
+def _stop_if_signalled(signals: RunSignals) -> None:
+    if (signum := signals.check()) is not None:
+        name = signal.Signals(signum).name
+        print(f"real_path: stopped by {name}; its study cut short is left out", file=sys.stderr)
+        sys.exit(128 + signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instance", default="189906", help="one or more, comma-separated")
@@ -133,9 +143,13 @@ def main() -> None:
     if args.code:
         side_by_side(args.code.split(","), args)
         return
+    # The study's Worker runs in this process and takes kill and Ctrl-C as a notice to hand
+    # its trial back: the study then ends early, and is not reported as a measurement.
+    signals = RunSignals()
     results = []
     for instance in args.instance.split(","):
         one_study(instance, 99, 200, args.storage, args.data)  # imports, data: before timing
+        _stop_if_signalled(signals)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             profiler = cProfile.Profile() if args.profile else None
             if profiler:
@@ -144,6 +158,7 @@ def main() -> None:
             if profiler:
                 profiler.disable()
                 result["profiled"] = True
+            _stop_if_signalled(signals)
             results.append(result)
             print(json.dumps(result), flush=True)
             if profiler:
