@@ -42,6 +42,7 @@ from optuna.samplers import TPESampler as _TPE
 from bench.efficiency.lcbench import METRICS
 from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
+from bench.efficiency.targets import TPE_TOLERANCE, tpe_tolerance
 from bench.efficiency.variants import RandomFraction as _RandomFraction
 from bench.stamp import append_line, open_to_append, read_lines, unwritable, write_json
 from search.pruning.adaptive import RungSchedule as _RungSchedule
@@ -773,24 +774,6 @@ def _read(path: str) -> dict[str, dict[str, Any]]:
 
 def _fmt(x: float | None) -> str:
     return "never" if not x else f"{x:.1f}x"
-
-
-TPE_TOLERANCE: dict[str, tuple[float, bool]] = {
-    "val_accuracy": (0.5, False),
-    "val_balanced_accuracy": (0.005, False),
-    "val_cross_entropy": (0.005, True),
-}
-"""Issue 27's "final no worse than plain TPE's minus 0.5 points", per metric, as (amount,
-relative): half a point of accuracy in percent (`val_accuracy`), the same half point as a
-fraction (`val_balanced_accuracy`); cross-entropy has no points: half a percent of plain TPE's
-final."""
-
-
-def tpe_tolerance(metric: str, tpe_final: float) -> float:
-    """How far below plain TPE's final value a strategy's final may end and still count as no
-    worse, in the metric's own units (its score: cross-entropy negated)."""
-    amount, relative = TPE_TOLERANCE[metric]
-    return amount * abs(tpe_final) if relative else amount
 
 
 def _tolerance_label(metric: str) -> str:

@@ -19,7 +19,7 @@ development instance, for n = `--seeds`:
     python -m bench.efficiency.finals_noise --metric val_cross_entropy --seeds 10 \\
         --cache bench/results/efficiency-lcbench-dev.jsonl
 
-The tolerance per metric is `bench.efficiency.design.tpe_tolerance`'s.
+The tolerance per metric is `bench.efficiency.targets.tpe_tolerance`'s.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import statistics
 import sys
 from typing import Any
 
-from bench.efficiency.design import tpe_tolerance
 from bench.efficiency.runner import (
     DEV_INSTANCES,
     Job,
@@ -38,6 +37,7 @@ from bench.efficiency.runner import (
     _maximize,
     _read_cache,
 )
+from bench.efficiency.targets import tpe_tolerance
 from bench.stamp import unwritable, write_json
 
 

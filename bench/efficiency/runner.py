@@ -94,6 +94,7 @@ from bench.efficiency.real_path import (  # noqa: E402
     study_config,
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
+from bench.efficiency.targets import item5, print_item5  # noqa: E402
 from bench.stamp import open_to_append, read_lines, unwritable, write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
@@ -920,6 +921,10 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
             f"({100 * (d['reached_share'] or 0):.0f}%) "
             f"| {out['seconds_per_study'].get(strategy, 0):.1f} |"
         )
+    if args.benchmark == "lcbench" and "default" in strategies:
+        rows = item5(out["instances"], out["metric"], maximize, budget)
+        out["targets"] = {"strategy": "default", "rows": rows}
+        print_item5(rows, "default")
     path = _json_path(args)
     write_json(path, out)
     print(f"\nwritten {path}")

@@ -129,7 +129,7 @@ def test_numpy_simd_is_what_numpy_dispatches_to_and_off_when_switched_off() -> N
 def test_no_worse_than_plain_tpe_means_half_a_point_in_every_metric_s_own_units() -> None:
     """The issue's 0.5 points are of accuracy in percent: balanced accuracy is a fraction (0.5
     would pass anything), cross-entropy has no points (half a percent of plain TPE's)."""
-    from bench.efficiency.design import tpe_tolerance
+    from bench.efficiency.targets import tpe_tolerance
 
     assert tpe_tolerance("val_accuracy", 91.0) == 0.5
     assert tpe_tolerance("val_balanced_accuracy", 0.91) == 0.005

@@ -506,10 +506,10 @@ def test_a_study_cut_short_by_kill_or_ctrl_c_is_not_cached_and_the_run_stops(
     its budget, and the run went on; Ctrl-C ended in a traceback)."""
     cache = tmp_path / "c.jsonl"
     flags = "--instances 3945 --strategies default --no-reference --seeds 2 --jobs 1"
+    flags += " --budget-epochs 3000"
     files = ["--data", str(DATA), "--cache", str(cache), "--json", str(tmp_path / "o.json")]
     runner = subprocess.Popen(
-        [sys.executable, "-m", "bench.efficiency", *flags.split(), "--budget-epochs", "3000"]
-        + files,
+        [sys.executable, "-m", "bench.efficiency", *flags.split(), *files],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
