@@ -619,6 +619,7 @@ class RunSignals:
 
     def __init__(self) -> None:
         self._read = self._previous = -1
+        self._handlers: dict[int, Any] = {}
         self.received: int | None = None
         if threading.current_thread() is not threading.main_thread():
             return  # main() called from a thread (not the command): the caller's signals
@@ -636,8 +637,7 @@ class RunSignals:
                     process.kill()
             sys.exit(128 + signum)
 
-        for signum in _STOPPING:
-            signal.signal(signum, exit_now)
+        self._handlers = {signum: signal.signal(signum, exit_now) for signum in _STOPPING}
         self._read, write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(write, False)
@@ -655,10 +655,14 @@ class RunSignals:
         return self.received
 
     def close(self) -> None:
+        """The signals' handlers and wakeup fd as they were before (main() may be called from
+        a program with its own)."""
         if self._read >= 0:
             os.close(signal.set_wakeup_fd(self._previous))
             os.close(self._read)
             self._read = -1
+            for signum, handler in self._handlers.items():
+                signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
