@@ -55,8 +55,12 @@ value in the same run, with a 90% bootstrap interval over seeds. Across instance
 10th percentile and minimum speedup (never: 0) and the instance-seeds that reached their
 instance's target. The JSON (`--json`) holds per instance and strategy the final mean and sd,
 the speedup and its interval, the seeds that reached the target, the median epochs to it and
-seconds per study; the distribution per strategy; and the commit, command, date, load and
-code versions of the run.
+seconds per study; the distribution per strategy; on LCBench with ``default`` run, issue 27's
+targets for it, met or missed (bench/efficiency/targets.py; the report's last table); and the
+commit, command, date, load and code versions of the run.
+
+Kill (SIGTERM, SIGHUP) or Ctrl-C stops the run with one line and exit status 128 + the signal:
+the studies finished are in `--cache`, a study cut short is not (`RunSignals`).
 
 `--cache FILE` (JSON lines) keeps every study; a study whose key is there is not run again. The
 key holds everything that changes a result: benchmark, instance, strategy and its settings,
