@@ -86,7 +86,7 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -416,10 +416,16 @@ SHIPPED = "smac-mf-shipped"
 not a strategy of its own."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """A flag argparse cannot read (a number that is none, an unknown flag) is bad input like
+    the others: one line, exit 2 (argparse's own prints its usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"bench.efficiency: {message} (see python -m bench.efficiency --help)\n")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.efficiency", description=__doc__.split("\n")[0]
-    )
+    parser = _Parser(prog="python -m bench.efficiency", description=__doc__.split("\n")[0])
     parser.add_argument("--benchmark", choices=("lcbench", "digits"), default="lcbench")
     parser.add_argument(
         "--instances", default=None, help=f"LCBench OpenML task ids (default {DEFAULT_INSTANCES})"

@@ -153,6 +153,9 @@ def test_the_chosen_sampler_variant_is_what_a_tpe_asha_study_samples_with() -> N
     ("args", "message"),
     [
         (["--seeds", "0"], "--seeds: must be at least 1, got 0"),
+        (["--seeds", "ten"], "argument --seeds: invalid int value: 'ten'"),
+        (["--budget"], "argument --budget-epochs: expected one argument"),
+        (["--sed", "3"], "unrecognized arguments: --sed 3"),
         (["--budget-epochs", "-5"], "--budget-epochs: must be at least 1, got -5"),
         (["--budget-epochs", "49"], "--budget-epochs: 49 is less than one full training (50"),
         (
