@@ -30,6 +30,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import signal
 import statistics
 import time
 import warnings
@@ -44,6 +45,7 @@ from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
 from bench.efficiency.targets import TPE_TOLERANCE, tpe_tolerance
 from bench.efficiency.variants import RandomFraction as _RandomFraction
+from bench.signals import RunSignals
 from bench.stamp import append_line, open_to_append, read_lines, unwritable, write_json
 from search.pruning.adaptive import RungSchedule as _RungSchedule
 from search.sampling import hedge
@@ -872,12 +874,44 @@ def _run(
         return
     t0 = time.perf_counter()
     Path(args.cache).parent.mkdir(parents=True, exist_ok=True)
-    with mp.Pool(args.jobs, maxtasksperchild=40) as pool, open_to_append(args.cache) as fh:
+    with (
+        mp.Pool(args.jobs, _ignore_ctrl_c, maxtasksperchild=40) as pool,
+        open_to_append(args.cache) as fh,
+    ):
         for i, (key, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=1)):
             cached[key] = {"key": key, **row}
             append_line(fh, {"key": key, **row})  # stamped: commit, command, date, load
             if (i + 1) % 10 == 0:
                 print(f"  {i + 1}/{len(jobs)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def _run_all(
+    keys: dict[tuple[str, str, int], str],
+    first: list[tuple[str, str, int]],
+    derived: bool,
+    cached: dict[str, dict[str, Any]],
+    args: argparse.Namespace,
+) -> None:
+    """Run what is not cached: `first`, then main-default's studies that cannot be derived."""
+    if not args.report_only:
+        _run([(k, keys[k]) for k in first], cached, args)
+    if derived:
+        rest = []
+        for (name, inst, seed), key in keys.items():
+            if name != "main-default" or key in cached:
+                continue
+            mine = cached.get(keys[("unhedged", inst, seed)])
+            if mine is not None and mine["extra"].get("first_rung") == 1:
+                cached[key] = {**mine, "key": key, "derived": True}
+            else:
+                rest.append(((name, inst, seed), key))
+        if not args.report_only:
+            _run(rest, cached, args)
+
+
+def _ignore_ctrl_c() -> None:
+    """A pool process leaves Ctrl-C to the harness, which ends the pool (no traceback each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def suite_arguments(parser: argparse.ArgumentParser) -> None:
@@ -938,20 +972,14 @@ def main(argv: list[str] | None = None) -> int:
     derived = "main-default" in names and "unhedged" in names
     first = [k for k in keys if not (derived and k[0] == "main-default")]
     t0 = time.perf_counter()
-    if not args.report_only:
-        _run([(k, keys[k]) for k in first], cached, args)
-    if derived:
-        rest = []
-        for (name, inst, seed), key in keys.items():
-            if name != "main-default" or key in cached:
-                continue
-            mine = cached.get(keys[("unhedged", inst, seed)])
-            if mine is not None and mine["extra"].get("first_rung") == 1:
-                cached[key] = {**mine, "key": key, "derived": True}
-            else:
-                rest.append(((name, inst, seed), key))
-        if not args.report_only:
-            _run(rest, cached, args)
+    signals = RunSignals()
+    try:
+        _run_all(keys, first, derived, cached, args)
+    except BaseException:
+        signals.stopped("design", f"the studies finished are in {args.cache}")
+        raise
+    finally:
+        signals.close()
     have = {k: key for k, key in keys.items() if key in cached}
     if args.report_only:
         # What is there: instances with every strategy and seed cached.

@@ -60,7 +60,7 @@ targets for it, met or missed (bench/efficiency/targets.py; the report's last ta
 commit, command, date, load and code versions of the run.
 
 Kill (SIGTERM, SIGHUP) or Ctrl-C stops the run with one line and exit status 128 + the signal:
-the studies finished are in `--cache`, a study cut short is not (`RunSignals`).
+the studies finished are in `--cache`, a study cut short is not (bench/signals.py).
 
 `--cache FILE` (JSON lines) keeps every study; a study whose key is there is not run again. The
 key holds everything that changes a result: benchmark, instance, strategy and its settings,
@@ -72,14 +72,12 @@ only the strategies named (not random) into the cache; `--report-only` summarize
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import math
 import multiprocessing as mp
 import os
 import platform
-import signal
 import sys
 import threading
 import time
@@ -99,6 +97,7 @@ from bench.efficiency.real_path import (  # noqa: E402
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
 from bench.efficiency.targets import item5, print_item5  # noqa: E402
+from bench.signals import RunSignals  # noqa: E402
 from bench.stamp import open_to_append, read_lines, unwritable, write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
@@ -610,73 +609,20 @@ def _end_children(pool: Any) -> None:
         ending.join(timeout=5)
 
 
-_STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+def _kill_study_workers() -> None:
+    """The processes of `--workers W` go first on kill or Ctrl-C: unwinding ends a study's
+    `with TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children` kills
+    them, and a worker that opened its epoch log in between died with a traceback (seen in
+    CI). The pool of `--jobs` is left to `_end_children`, whose lock it minds."""
+    from bench.efficiency import real_path
 
-
-class RunSignals:
-    """The stopping signals this process received while it ran studies, whoever handled them.
-
-    `kill` (SIGTERM, SIGHUP) and Ctrl-C end the run through its `finally`s and exit handlers,
-    which stop the worker processes it started (by default SIGTERM and SIGHUP would end it
-    alone and leave those processes behind, training their study, then waiting for the next
-    one for ever). But a study of one worker runs in this process (`--jobs 1`), and its
-    `Worker` holds SIGTERM and SIGINT while it runs: it takes them as a spot machine's notice
-    or a user's Ctrl-C, hands its trial back and ends the study early, returning as if the
-    study were done (SIGTERM) or failing with exit code 130 (Ctrl-C). The study cut short
-    was then cached as if it had spent its budget, and the run went on with the next one.
-    Python writes every signal it handles to the wakeup fd, whichever handler runs, so the
-    runner reads there whether a study it got back was cut short."""
-
-    def __init__(self) -> None:
-        self._read = self._previous = -1
-        self._handlers: dict[int, Any] = {}
-        self.received: int | None = None
-        if threading.current_thread() is not threading.main_thread():
-            return  # main() called from a thread (not the command): the caller's signals
-
-        def exit_now(signum: int, _frame: Any) -> None:
-            # The processes of `--workers W` go first: unwinding ends a study's `with
-            # TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children`
-            # kills them, and a worker that opened its epoch log in between died with a
-            # traceback (seen in CI). The pool of `--jobs` is left to `_end_children`, whose
-            # lock it minds.
-            from bench.efficiency import real_path
-
-            if real_path._POOL is not None:
-                for process in real_path._POOL.procs:
-                    process.kill()
-            sys.exit(128 + signum)
-
-        self._handlers = {signum: signal.signal(signum, exit_now) for signum in _STOPPING}
-        self._read, write = os.pipe()
-        os.set_blocking(self._read, False)
-        os.set_blocking(write, False)
-        self._previous = signal.set_wakeup_fd(write)
-
-    def check(self) -> int | None:
-        """The first stopping signal received so far, if any."""
-        if self._read < 0:
-            return None
-        with contextlib.suppress(BlockingIOError):
-            while data := os.read(self._read, 512):
-                for signum in data:
-                    if signum in _STOPPING and self.received is None:
-                        self.received = signum
-        return self.received
-
-    def close(self) -> None:
-        """The signals' handlers and wakeup fd as they were before (main() may be called from
-        a program with its own)."""
-        if self._read >= 0:
-            os.close(signal.set_wakeup_fd(self._previous))
-            os.close(self._read)
-            self._read = -1
-            for signum, handler in self._handlers.items():
-                signal.signal(signum, handler)
+    if real_path._POOL is not None:
+        for process in real_path._POOL.procs:
+            process.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
-    signals = RunSignals()
+    signals = RunSignals(first=_kill_study_workers)
     try:
         return _main(argv, signals)
     finally:
@@ -811,17 +757,13 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
             )
     except BaseException:
         _end_children(pool)
-        signum = signals.check()
-        if signum is None:
-            raise
         kept = f"kept in {args.cache}" if args.cache else "not kept (no --cache)"
-        print(
-            f"bench.efficiency: stopped by {signal.Signals(signum).name}: {done} of "
-            f"{len(todo)} studies finished, {kept}; any study still running was cut short and "
-            "left out",
-            file=sys.stderr,
+        signals.stopped(
+            "bench.efficiency",
+            f"{done} of {len(todo)} studies finished, {kept}; any study still running was cut "
+            "short and left out",
         )
-        raise SystemExit(128 + signum) from None
+        raise
     if pool:
         pool.close()
         pool.join()

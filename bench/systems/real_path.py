@@ -28,13 +28,12 @@ import itertools
 import json
 import os
 import pstats
-import signal
 import statistics
 import subprocess
 import sys
 import time
 
-from bench.efficiency.runner import RunSignals
+from bench.signals import RunSignals
 
 
 def one_study(
@@ -120,13 +119,6 @@ def _median_of_studies(results: list[dict]) -> dict[str, float]:
     }
 
 
-def _stop_if_signalled(signals: RunSignals) -> None:
-    if (signum := signals.check()) is not None:
-        name = signal.Signals(signum).name
-        print(f"real_path: stopped by {name}; its study cut short is left out", file=sys.stderr)
-        sys.exit(128 + signum)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--instance", default="189906", help="one or more, comma-separated")
@@ -149,7 +141,7 @@ def main() -> None:
     results = []
     for instance in args.instance.split(","):
         one_study(instance, 99, 200, args.storage, args.data)  # imports, data: before timing
-        _stop_if_signalled(signals)
+        signals.stopped("real_path", "its study cut short is left out")
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             profiler = cProfile.Profile() if args.profile else None
             if profiler:
@@ -158,7 +150,7 @@ def main() -> None:
             if profiler:
                 profiler.disable()
                 result["profiled"] = True
-            _stop_if_signalled(signals)
+            signals.stopped("real_path", "its study cut short is left out")
             results.append(result)
             print(json.dumps(result), flush=True)
             if profiler:

@@ -261,3 +261,43 @@ def test_the_simulated_backoff_hedges_the_trials_the_workers_hedge(
         attrs = {hedge.HEDGE_ATTR: level} if mine else {}
         shown.append(light_trial(number, number, TrialState.COMPLETE, attrs, {reached: 0.5}))
     assert ours == simulated.hedges
+
+
+@pytest.mark.slow
+@needs_data
+def test_ctrl_c_stops_a_design_run_in_one_line_and_leaves_no_process(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) ends the run with one line and exit
+    status 130, its pool's processes with it; it printed a traceback from every process."""
+    import signal
+    import time
+
+    cache, out = tmp_path / "c.jsonl", tmp_path / "o.json"
+    args = ["--instances", "3945", "--seeds", "4", "--strategies", "default,random", "--jobs", "2"]
+    args += ["--cache", str(cache), "--json", str(out), "--data", str(DATA)]
+    run = subprocess.Popen(
+        [sys.executable, "-m", "bench.efficiency.design", *args],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    try:
+        deadline = time.monotonic() + 60
+        while len(pool := children.read_text().split()) < 2:  # the pool runs its studies
+            assert run.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)
+        os.killpg(run.pid, signal.SIGINT)
+        _, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, err
+    assert err == f"design: stopped by SIGINT: the studies finished are in {cache}\n", err
+    deadline = time.monotonic() + 10
+    while [p for p in pool if Path(f"/proc/{p}").exists()] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pool if Path(f"/proc/{p}").exists()]
+    assert not out.exists()
