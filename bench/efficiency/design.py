@@ -43,7 +43,7 @@ from optuna.samplers import TPESampler as _TPE
 from bench.efficiency.lcbench import METRICS
 from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
-from bench.efficiency.targets import TPE_TOLERANCE, tpe_tolerance
+from bench.efficiency.targets import tolerance_label, tpe_tolerance
 from bench.efficiency.variants import RandomFraction as _RandomFraction
 from bench.signals import RunSignals
 from bench.stamp import append_line, open_to_append, read_lines, unwritable, write_json
@@ -778,11 +778,6 @@ def _fmt(x: float | None) -> str:
     return "never" if not x else f"{x:.1f}x"
 
 
-def _tolerance_label(metric: str) -> str:
-    amount, relative = TPE_TOLERANCE[metric]
-    return f"{100 * amount:g}%" if relative else f"{amount:g}"
-
-
 def _value(x: float, metric: str) -> str:
     """A final value as the tables show it: accuracy in percent to 0.1, the others to 0.001."""
     return f"{x:.1f}" if metric == "val_accuracy" else f"{x:.3f}"
@@ -821,7 +816,7 @@ def report(
         ]
         print(f"| {inst} | {_value(per[inst]['target'], metric)} | " + " | ".join(cells) + " |")
     summary: dict[str, Any] = {}
-    tol = _tolerance_label(metric)
+    tol = tolerance_label(metric)
     print(f"\n| strategy | median | p10 | min | reached | >= best peer | final >= tpe-{tol} |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name in shown:

@@ -27,7 +27,7 @@ import math
 import statistics
 from typing import Any
 
-__all__ = ["PEERS", "TPE_TOLERANCE", "item5", "print_item5", "tpe_tolerance"]
+__all__ = ["PEERS", "TPE_TOLERANCE", "item5", "print_item5", "tolerance_label", "tpe_tolerance"]
 
 PEERS = ("optuna-tpe", "optuna-tpe-hyperband", "sh-bracket")
 """The peers item 5 asks the strategy to be at least as fast as, on every instance."""
@@ -48,6 +48,12 @@ def tpe_tolerance(metric: str, tpe_final: float) -> float:
     worse, in the metric's own units (its score: cross-entropy negated)."""
     amount, relative = TPE_TOLERANCE[metric]
     return amount * abs(tpe_final) if relative else amount
+
+
+def tolerance_label(metric: str) -> str:
+    """The tolerance as the tables print it: "0.5", "0.005", "0.5%" (of plain TPE's final)."""
+    amount, relative = TPE_TOLERANCE[metric]
+    return f"{100 * amount:g}%" if relative else f"{amount:g}"
 
 
 def _share(count: int, n: int) -> int:
@@ -128,10 +134,9 @@ def item5(
     if all("optuna-tpe" in s for s in runs.values()):
         tpe = {i: sign * runs[i]["optuna-tpe"]["final_mean"] for i in runs}
         near = [i for i in runs if score[i] >= tpe[i] - tpe_tolerance(metric, tpe[i])]
-        amount, relative = TPE_TOLERANCE[metric]
-        tol = f"{100 * amount:g}%" if relative else f"{amount:g}"
         row(
-            f"final >= plain TPE's - {tol} on at least {_share(22, n)} of {n} instances",
+            f"final >= plain TPE's - {tolerance_label(metric)} on at least {_share(22, n)} "
+            f"of {n} instances",
             f"{len(near)}/{n}",
             len(near) >= _share(22, n),
         )
