@@ -1,5 +1,6 @@
 """The packages' shape: no import cycle in `search` or `trainer`, each package of `search`
-importing only the ones below it, and a trainer that knows nothing of `search`.
+importing only the ones below it, and a trainer that knows nothing of `search`; and the tests',
+where no test file imports from another (what they share is in `tests.helpers`).
 
 Imports are read from the source: every ``import`` and ``from ... import`` in a module, those
 inside functions and under ``if TYPE_CHECKING:`` included, so a cycle hidden by a
@@ -46,11 +47,24 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _package(path: Path) -> str:
+    """The package relative imports in `path` start from."""
+    name = _module_name(path)
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+
 def _imports(path: Path, modules: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """Modules `path` imports (absolute names; relative imports resolved)."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-    return _imports_in(path.read_text(), package, modules)
+    return _imports_in(path.read_text(), _package(path), modules)
+
+
+def _from_module(node: ast.ImportFrom, package: str) -> str:
+    """The module ``from ... import`` imports from (a relative one resolved in `package`)."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
 
 
 def _imports_in(
@@ -64,10 +78,7 @@ def _imports_in(
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = _from_module(node, package)
             names = {f"{base}.{alias.name}" for alias in node.names}
             found.update(names)
             if not names <= modules:
@@ -197,3 +208,66 @@ def test_the_layering_check_finds_an_upward_import_and_a_banned_one() -> None:
 def test_the_trainer_imports_nothing_of_search_or_optuna(path: Path) -> None:
     foreign = {m for m in _imports(path) if m.split(".")[0] in NEVER["trainer"]}
     assert not foreign, f"{path.relative_to(REPO)} imports {sorted(foreign)}"
+
+
+def _is_test_module(name: str) -> bool:
+    return name.rsplit(".", 1)[-1].startswith("test_")
+
+
+def _test_module_imports(source: str, package: str, modules: set[str]) -> list[str]:
+    """Each import in `source` of a test module (one whose last component starts with
+    ``test_``): ``import tests.x.test_a``, ``from tests.x.test_a import f``, ``from
+    .test_a import f``, and ``from tests.x import test_a`` where tests.x.test_a is one of
+    `modules`; as ``line: statement``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            hit = any(_is_test_module(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _from_module(node, package)
+            hit = _is_test_module(base) or any(
+                _is_test_module(alias.name) and f"{base}.{alias.name}" in modules
+                for alias in node.names
+            )
+        else:
+            continue
+        if hit:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return sorted(found, key=lambda line: int(line.split(":")[0]))
+
+
+def test_no_test_file_imports_from_another() -> None:
+    """README: "What tests share is in `tests/helpers/`; a test file never imports from
+    another." Every module under tests/ is read (test files, the soak, helpers, conftests)."""
+    paths = sorted((REPO / "tests").rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    assert {"tests.test_structure", "tests.soak.chaos"} <= modules  # the walk found tests/
+    faults = [
+        f"{path.relative_to(REPO)}:{line}"
+        for path in paths
+        for line in _test_module_imports(path.read_text(), _package(path), modules)
+    ]
+    message = "test modules imported (move what they share to tests/helpers/):\n"
+    assert not faults, message + "\n".join(faults)
+
+
+def test_the_test_import_check_sees_plain_from_and_relative_imports() -> None:
+    modules = {"tests.bench.test_efficiency", "tests.bench.test_design", "tests.helpers.configs"}
+    source = (
+        "import os\n"
+        "import tests.bench.test_efficiency as e\n"
+        "from tests.bench.test_efficiency import DATA\n"
+        "from .test_efficiency import needs_data\n"
+        "from . import test_efficiency\n"
+        "from tests.helpers.configs import make_config, test_value\n"
+        "from .. import helpers\n"
+        "def f():\n"
+        "    from tests.bench import test_design\n"
+    )
+    assert _test_module_imports(source, "tests.bench", modules) == [
+        "2: import tests.bench.test_efficiency as e",
+        "3: from tests.bench.test_efficiency import DATA",
+        "4: from .test_efficiency import needs_data",
+        "5: from . import test_efficiency",
+        "9: from tests.bench import test_design",
+    ]

@@ -21,8 +21,8 @@ from search.db.trial_changes import light_trial
 from search.sampling import hedge
 from search.sampling.hedge import study_hedge_level
 from search.worker.budget_and_promotion import Promoter
-from tests.bench.test_efficiency import DATA, needs_data
-from tests.search.sampling.test_hedge import config
+from tests.helpers.configs import hedge_config
+from tests.helpers.lcbench import DATA, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -211,7 +211,7 @@ def test_the_simulated_default_pauses_hedges_where_the_workers_do(
     on (bench.efficiency.design: `_HedgedAtRung`). Both pause a trial, hedged or not, first at
     the same rung, whichever rungs the rung rule has retired (`kept`: the index of the lowest
     rung it keeps)."""
-    c = config("s", epochs=epochs)
+    c = hedge_config("s", epochs=epochs)
     spec = STRATEGIES["hedge10-r9-backoff"]
     promoter = Promoter(None, SimpleNamespace(config=c, study_id=0))  # type: ignore[arg-type]
     levels = promoter.rungs.levels(0)

@@ -4,7 +4,6 @@ through hpsearch's real path (workers, sampling, pruning, the database) on a tin
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import itertools
 import json
 import math
@@ -18,7 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from bench.efficiency.lcbench import EPOCHS, LCBench, default_data_dir
+from bench.efficiency.lcbench import EPOCHS, LCBench
 from bench.efficiency.stats import (
     Run,
     distribution,
@@ -28,14 +27,9 @@ from bench.efficiency.stats import (
     speedup_ci,
     summarize,
 )
+from tests.helpers.lcbench import DATA, needs_data
 
 REPO = Path(__file__).resolve().parent.parent.parent
-DATA = default_data_dir()
-needs_data = pytest.mark.skipif(
-    importlib.util.find_spec("yahpo_gym") is None
-    or not (DATA / "lcbench" / "model.onnx").is_file(),
-    reason=f"needs pip install -e '.[bench]' and YAHPO's LCBench data in {DATA} (or $YAHPO_DATA)",
-)
 README_POINT = {
     "batch_size": 64,
     "learning_rate": 1e-3,

@@ -3,19 +3,12 @@ pooling) on the LCBench surrogate, two of them SIGKILLed mid-run; what a user re
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 
 import pytest
 
-from bench.efficiency.lcbench import default_data_dir
 from bench.systems.fleet import main, run_fleet
-
-needs_data = pytest.mark.skipif(
-    importlib.util.find_spec("yahpo_gym") is None
-    or not (default_data_dir() / "lcbench" / "model.onnx").is_file(),
-    reason="needs pip install -e '.[bench]' and YAHPO's LCBench data (or $YAHPO_DATA)",
-)
+from tests.helpers.lcbench import needs_data
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.efficiency.landscape import landscape, probe_recall
-from tests.bench.test_efficiency import DATA, needs_data
+from tests.helpers.lcbench import DATA, needs_data
 
 REPO = Path(__file__).resolve().parents[2]
 

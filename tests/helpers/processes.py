@@ -13,6 +13,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from search.db.storage import open_storage
+from search.db.tables import study_budgets, trial_intermediate_values, trials
+from search.study.studies import find_study
 from tests.helpers.cli import cli_env
 
 
@@ -140,3 +143,30 @@ def trial_states(url: str, study: str) -> dict[str, int]:
         n=study,
     )
     return {str(state): n for state, n in rows}
+
+
+def spent_epochs(url: str, name: str) -> tuple[int, int]:
+    """(the budget counter, the epochs reported by every trial) of study `name`: equal without
+    crashes."""
+    storage = open_storage(url)
+    try:
+        study = find_study(storage, name)
+        assert study is not None
+        with storage.autocommit() as conn:
+            used = (
+                conn.execute(
+                    sa.select(study_budgets.c.epochs_used).where(
+                        study_budgets.c.study_id == study.study_id
+                    )
+                ).scalar()
+                or 0
+            )  # no counter before the first worker starts
+            reported = conn.execute(
+                sa.select(sa.func.count())
+                .select_from(trial_intermediate_values)
+                .join(trials, trials.c.trial_id == trial_intermediate_values.c.trial_id)
+                .where(trials.c.study_id == study.study_id)
+            ).scalar_one()
+    finally:
+        storage.close()
+    return used, reported

@@ -23,34 +23,11 @@ from search.db.storage import open_storage
 from search.db.tables import artifacts
 from search.study.studies import find_study
 from tests.helpers.cli import hpsearch
+from tests.helpers.configs import ASHA_STUDY
 from tests.helpers.postgres import migrated
 from tests.helpers.tiny_task import make_task
 
 pytestmark = pytest.mark.slow  # each backend runs a whole ASHA study first (~10 s)
-
-ASHA = """
-[study]
-name = "{name}"
-direction = "{direction}"
-metric = "val_accuracy"
-budget_epochs = 30
-sampler = "random"
-seed = 3
-
-[pruner]
-type = "asha"
-min_resource = 1
-reduction_factor = 3
-
-[task]
-name = "tests.helpers.tiny_task:make_task"
-epochs = 9
-
-[space]
-lr = {{ type = "float", low = 1e-4, high = 3e-1, log = true }}
-dropout = {{ type = "float", low = 0.0, high = 0.5 }}
-act = {{ type = "categorical", choices = ["relu", "tanh"] }}
-"""
 
 
 @dataclass(frozen=True)
@@ -73,7 +50,7 @@ def finished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         url = request.getfixturevalue("pg_url")
     name = f"after-{uuid.uuid4().hex[:6]}"
     config = cwd / "study.toml"
-    config.write_text(ASHA.format(name=name, direction="maximize"))
+    config.write_text(ASHA_STUDY.format(name=name, direction="maximize"))
     done = hpsearch("run", str(config), "--workers", "2", "--storage", url, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return Finished(url, name, config, cwd, done.stdout, done.stderr)
@@ -270,7 +247,7 @@ def test_bad_input_after_the_search(finished: Finished) -> None:
 
 def test_best_of_a_study_without_a_complete_trial_is_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "study.toml"
-    config.write_text(ASHA.format(name="fresh", direction="minimize"))
+    config.write_text(ASHA_STUDY.format(name="fresh", direction="minimize"))
     assert hpsearch("create", str(config), cwd=tmp_path).returncode == 0
     done = hpsearch("best", "--study", "fresh", "--weights", "w.pt", cwd=tmp_path)
     assert done.returncode == 2

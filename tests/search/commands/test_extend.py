@@ -19,54 +19,25 @@ from search.commands.cli import main as run_cli
 from search.db.checkpoint_pointers import POINTER_ATTR
 from search.db.storage import open_storage
 from search.db.tables import (
-    study_budgets,
-    trial_intermediate_values,
     trial_system_attributes,
     trials,
 )
 from search.study.studies import create_study, find_study
 from tests.helpers.cli import hpsearch
+from tests.helpers.configs import ASHA_PRUNER, ASHA_STUDY, pruner_config
 from tests.helpers.objectives import join_all, start_workers
-from tests.search.commands.test_best import ASHA
-from tests.search.worker.test_budgets import ASHA as BUDGET_ASHA
-from tests.search.worker.test_budgets import make_config
-
-
-def _epochs(url: str, name: str) -> tuple[int, int]:
-    """(the budget counter, the epochs reported by every trial): equal without crashes."""
-    storage = open_storage(url)
-    try:
-        study = find_study(storage, name)
-        assert study is not None
-        with storage.autocommit() as conn:
-            used = (
-                conn.execute(
-                    sa.select(study_budgets.c.epochs_used).where(
-                        study_budgets.c.study_id == study.study_id
-                    )
-                ).scalar()
-                or 0
-            )  # no counter before the first worker starts
-            reported = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(trial_intermediate_values)
-                .join(trials, trials.c.trial_id == trial_intermediate_values.c.trial_id)
-                .where(trials.c.study_id == study.study_id)
-            ).scalar_one()
-    finally:
-        storage.close()
-    return used, reported
+from tests.helpers.processes import spent_epochs
 
 
 @pytest.mark.slow
 def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path: Path) -> None:
     config = tmp_path / "study.toml"
-    text = ASHA.format(name=study_name, direction="maximize")
+    text = ASHA_STUDY.format(name=study_name, direction="maximize")
     config.write_text(text.replace("budget_epochs = 30", "budget_epochs = 12"))
     flags = ("--storage", pg_url)
     first = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert _epochs(pg_url, study_name) == (12, 12)
+    assert spent_epochs(pg_url, study_name) == (12, 12)
     before = optuna.load_study(study_name=study_name, storage=pg_url).trials
     kept = _with_checkpoint(pg_url, study_name)
     paused_at_end = {n for n in kept if before[n].system_attrs.get("hpsearch:ended_by") == "budget"}
@@ -83,7 +54,7 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
         f"{len(before)} trials spent); {len(paused_at_end - cut)} paused trial(s) promotable "
         "again" + (f"; {len(cut)} trial(s) cut by the budget" if cut else "\n")
     ) in second.stderr
-    assert _epochs(pg_url, study_name) == (24, 24)
+    assert spent_epochs(pg_url, study_name) == (24, 24)
     after = optuna.load_study(study_name=study_name, storage=pg_url).trials
     # The trials so far are all still there, with their params: the sampler's history.
     assert [(t.number, t.params) for t in after[: len(before)]] == [
@@ -135,7 +106,7 @@ def test_more_budget_continues_the_study(pg_url: str, study_name: str, tmp_path:
     config.write_text(text)  # budget_epochs = 30: now the study's own config
     third = hpsearch("run", str(config), "--workers", "4", *flags, cwd=tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
-    assert _epochs(pg_url, study_name) == (30, 30)
+    assert spent_epochs(pg_url, study_name) == (30, 30)
 
     # Anything else changed is still refused.
     config.write_text(text.replace("seed = 3", "seed = 4"))
@@ -183,11 +154,13 @@ def test_workers_running_when_the_budget_is_raised_spend_the_new_total(
 ) -> None:
     storage = open_storage(pg_url, create=True)
     try:
-        ref, _ = create_study(storage, make_config(study_name, BUDGET_ASHA, budget_epochs=60))
+        ref, _ = create_study(storage, pruner_config(study_name, ASHA_PRUNER, budget_epochs=60))
     finally:
         storage.close()
     workers = start_workers(pg_url, study_name, 4, objective="slow_curve")
-    _wait_until(lambda: _epochs(pg_url, study_name)[0] >= 10, "10 epochs were trained", workers)
+    _wait_until(
+        lambda: spent_epochs(pg_url, study_name)[0] >= 10, "10 epochs were trained", workers
+    )
     assert (
         run_cli(["extend", "--study", study_name, "--budget-epochs", "120", "--storage", pg_url])
         == 0
@@ -195,7 +168,7 @@ def test_workers_running_when_the_budget_is_raised_spend_the_new_total(
     assert join_all(workers, timeout_s=300) == [0] * 4
 
     # The workers that were running spent exactly the new total, not the one they started with.
-    assert _epochs(pg_url, study_name) == (120, 120)
+    assert spent_epochs(pg_url, study_name) == (120, 120)
     study = optuna.load_study(study_name=study_name, storage=pg_url)
     assert {t.state.name for t in study.trials} <= {"COMPLETE", "PRUNED"}
     assert study.user_attrs["budget"] == "120/120 epochs (0 left)"
@@ -208,7 +181,7 @@ def test_workers_running_when_n_trials_is_raised_run_the_new_count(
 ) -> None:
     storage = open_storage(storage_url, create=True)
     try:
-        create_study(storage, make_config(study_name, {"type": "none"}, n_trials=6))
+        create_study(storage, pruner_config(study_name, {"type": "none"}, n_trials=6))
     finally:
         storage.close()
     workers = start_workers(storage_url, study_name, 2, objective="slow_curve")
@@ -235,7 +208,7 @@ def test_a_config_run_again_after_extend_does_not_take_the_budget_back(
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HPSEARCH_STORAGE", raising=False)
     config = tmp_path / "study.toml"
-    config.write_text(ASHA.format(name="lower", direction="maximize"))  # budget_epochs = 30
+    config.write_text(ASHA_STUDY.format(name="lower", direction="maximize"))  # budget_epochs = 30
     assert run_cli(["create", str(config)]) == 0
     assert run_cli(["extend", "--study", "lower", "--budget-epochs", "40"]) == 0
     capsys.readouterr()

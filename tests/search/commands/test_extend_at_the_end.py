@@ -36,8 +36,8 @@ from search.worker import claiming
 from search.worker.artifacts import artifact_store_for
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-from tests.search.commands.test_extend import _epochs
-from tests.search.worker.test_budgets import make_config
+from tests.helpers.configs import pruner_config
+from tests.helpers.processes import spent_epochs
 
 NONE = {"type": "none"}
 
@@ -86,7 +86,7 @@ def extend(url: str, name: str, epochs: int) -> None:
 def made(url: str, name: str, tmp_path: Path) -> Path:
     storage = open_storage(url, create=True)
     try:
-        create_study(storage, make_config(name, NONE, budget_epochs=12))
+        create_study(storage, pruner_config(name, NONE, budget_epochs=12))
     finally:
         storage.close()
     artifacts = tmp_path / "artifacts"
@@ -127,7 +127,7 @@ def test_a_trial_cut_by_the_budget_goes_on_from_its_checkpoint_when_the_budget_i
 ) -> None:
     artifacts = made(storage_url, study_name, tmp_path)
     assert run_worker(storage_url, study_name, artifacts) == 0
-    assert _epochs(storage_url, study_name) == (12, 12)
+    assert spent_epochs(storage_url, study_name) == (12, 12)
     first, cut = trials_of(storage_url, study_name)[:2]
     assert first.state.name == "COMPLETE" and len(first.intermediate_values) == 9
     # Cut after epoch 3: PRUNED by the study's end, with that epoch's value, checkpoint kept.
@@ -145,7 +145,7 @@ def test_a_trial_cut_by_the_budget_goes_on_from_its_checkpoint_when_the_budget_i
     assert again.state.name == "WAITING" and again.value is None
     assert "hpsearch:ended_by" not in again.system_attrs
     assert run_worker(storage_url, study_name, artifacts) == 0  # a worker that joins
-    assert _epochs(storage_url, study_name) == (18, 18)
+    assert spent_epochs(storage_url, study_name) == (18, 18)
     done = trials_of(storage_url, study_name)
     assert done[1].state.name == "COMPLETE" and sorted(done[1].intermediate_values) == list(
         range(1, 10)
@@ -170,7 +170,7 @@ def test_a_budget_raised_as_the_worker_ends_the_study_is_spent(
         assert run_worker(storage_url, study_name, artifacts) == 0
     assert results[0] is None  # nothing ended: the stored budget was no longer the one spent
     assert "its budget was raised as it was ending; it goes on" in caplog.text
-    assert _epochs(storage_url, study_name) == (18, 18)
+    assert spent_epochs(storage_url, study_name) == (18, 18)
     done = trials_of(storage_url, study_name)
     assert [t.state.name for t in done] == ["COMPLETE", "COMPLETE"]
     assert done[1].user_attrs["resumed_at"] == 3
@@ -183,13 +183,13 @@ def test_a_budget_raised_just_after_the_worker_ended_the_study_reopens_what_it_e
     results = wrap_end(monkeypatch, after=lambda: extend(storage_url, study_name, 18))
     assert run_worker(storage_url, study_name, artifacts) == 0  # it ended the study and left
     assert results[0][0] == [1]  # trial 1 ended (and one sampled ahead removed)
-    assert _epochs(storage_url, study_name) == (12, 12)
+    assert spent_epochs(storage_url, study_name) == (12, 12)
     cut = trials_of(storage_url, study_name)[1]
     # Reopened by extend; the worker's sweep after its end kept its checkpoint.
     assert cut.state.name == "WAITING" and "hpsearch:checkpoint" in cut.system_attrs
     monkeypatch.undo()
     assert run_worker(storage_url, study_name, artifacts) == 0  # a worker that joins
-    assert _epochs(storage_url, study_name) == (18, 18)
+    assert spent_epochs(storage_url, study_name) == (18, 18)
     assert [t.state.name for t in trials_of(storage_url, study_name)] == ["COMPLETE"] * 2
 
 

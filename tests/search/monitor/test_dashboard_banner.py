@@ -1,6 +1,6 @@
 """The budget and the paused trials at the top of a study's dashboard page (issue 30, item 10),
-in headless Chromium (`test_dashboard_browser`'s browser), and kept up to date as the study
-runs; and the line's parts (`banner_items`) without a browser."""
+in headless Chromium (the `browser` fixture), and kept up to date as the study runs; and the
+line's parts (`banner_items`) without a browser."""
 
 from __future__ import annotations
 
@@ -21,13 +21,9 @@ from search.monitor.dashboard_banner import BANNER_ID, SCRIPT, StudyBanner, bann
 from search.monitor.status import BestTrial, PausedTrial, StudyStatus
 from search.study.parse_config import parse_config
 from search.study.studies import create_study
+from tests.helpers.browser import LARGE_PAGE_WAIT_S, wait_until
 from tests.helpers.dashboard_process import DashboardProcess
 from tests.helpers.postgres import migrated
-from tests.search.monitor.test_dashboard_browser import (  # noqa: F401 (the fixture)
-    LARGE_PAGE_WAIT_S,
-    browser,
-    wait_until,
-)
 
 BANNER_WAIT_S = 30
 """The page reads the line every 5 s; room for a busy host."""
@@ -102,7 +98,7 @@ def banner_text(driver: Any) -> str:
 
 @pytest.mark.slow
 def test_the_budget_and_paused_trials_top_the_study_page_and_follow_the_study(
-    browser: Any,  # noqa: F811
+    browser: Any,
     pg_url: str,
     tmp_path: Path,
 ) -> None:

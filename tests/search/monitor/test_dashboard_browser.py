@@ -1,6 +1,6 @@
 """`hpsearch dashboard` in a real browser: Debian's headless Chromium, driven by Selenium
 through Debian's chromedriver (no browser download: both paths are given, and Selenium
-Manager is told to stay offline).
+Manager is told to stay offline; the `browser` fixture, `tests.helpers.browser`).
 
 The study has complete and pruned trials with intermediate values; the page must show its
 name, its trial count and the metric's name on the history chart. Screenshots are saved in
@@ -9,13 +9,8 @@ the test's temporary directory (their paths are printed: `pytest -s` shows them)
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import uuid
-import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,63 +24,20 @@ from search.db.storage import open_storage
 from search.study.note import save_study_note
 from search.study.parse_config import load_config
 from search.study.studies import create_study
+from tests.helpers.browser import LARGE_PAGE_WAIT_S, wait_until
 from tests.helpers.configs import write_config
 from tests.helpers.dashboard_process import DashboardProcess
 from tests.helpers.postgres import fresh_database
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 PASSWORD = "Br0wser-secret"
 N_TRIALS = 12
-PAGE_WAIT_S = 60
-LARGE_PAGE_WAIT_S = 180
-"""Not a speed limit (bench/systems/dashboard.py measures it): room for a loaded CI machine."""
 LARGE_TRIALS = 10_000
 LARGE_CHART_WAIT_S = 60
 """Not the 10 s target (bench/systems/dashboard.py measures it: 9 s at load 4-6 on this 2-core
 machine): room for a loaded one. Before the page was fed a summary, it was not drawn in 120 s
 at load 12-20, 19 s at load 2.5."""
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
-    if missing:
-        message = (
-            f"THE DASHBOARD WAS NOT TESTED IN A BROWSER: {', '.join(missing)} missing "
-            "(apt-get install chromium chromium-driver; .ci/run installs them)"
-        )
-        warnings.warn(message, stacklevel=1)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # tests run as root in CI containers
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--disable-crash-reporter",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(argument)
-    # Its own process group: whatever the browser leaves behind is killed with it.
-    service = Service(executable_path=CHROMEDRIVER, popen_kw={"start_new_session": True})
-    driver = webdriver.Chrome(service=service, options=options)
-    group = service.process.pid
-    try:
-        yield driver
-    finally:
-        # Headless renderers outlive a driver that is not quit, and eat the machine's cores.
-        try:
-            driver.quit()
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
 
 
 def make_study(url: str, name: str, workdir: Path) -> int:
@@ -113,28 +65,6 @@ def make_study(url: str, name: str, workdir: Path) -> int:
         return study.study_id
     finally:
         storage.close()
-
-
-def wait_until(
-    driver: Any, condition: Callable[[Any], Any], what: str, wait_s: float = PAGE_WAIT_S
-) -> Any:
-    from selenium.common.exceptions import (
-        NoSuchElementException,
-        StaleElementReferenceException,
-        TimeoutException,
-    )
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # The page re-renders while it loads: an element read between two renders is stale, which
-    # only means "not yet", like one not there.
-    ignored = (NoSuchElementException, StaleElementReferenceException)
-    try:
-        return WebDriverWait(driver, wait_s, poll_frequency=0.5, ignored_exceptions=ignored).until(
-            condition
-        )
-    except TimeoutException:
-        body = driver.find_element("tag name", "body").text[:2000]
-        raise AssertionError(f"{what} did not show within {wait_s} s; the page:\n{body}") from None
 
 
 def test_the_dashboard_page_shows_the_study_in_chromium(

@@ -19,43 +19,20 @@ from search.sampling.enqueue import enqueue_configured
 from search.sampling.hedge import describe, is_next_hedge, study_hedge_level
 from search.sampling.sample_ahead import queue_first_trials
 from search.sampling.samplers import make_sampler
-from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
-
-
-def config(
-    name: str,
-    *,
-    sampler: str = "tpe",
-    pruner: str = "asha",
-    epochs: int = 28,
-    n_trials: int = 30,
-    enqueue: list[dict[str, float]] | None = None,
-) -> Any:
-    study = {"name": name, "sampler": sampler, "seed": 3, "n_trials": n_trials}
-    return parse_config(
-        {
-            "study": {**study, **({"enqueue": enqueue} if enqueue else {})},
-            "pruner": {"type": pruner, "min_resource": 1, "reduction_factor": 3},
-            "task": {"name": "digits", "epochs": epochs},
-            "space": {
-                "x": {"type": "float", "low": 0.0, "high": 1.0},
-                "lr": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
-            },
-        }
-    )
+from tests.helpers.configs import hedge_config
 
 
 def test_which_studies_hedge_and_at_which_rung() -> None:
-    assert study_hedge_level(config("s")) == 9  # rungs 1, 3, 9, 27 below 28 epochs
-    assert study_hedge_level(config("s", epochs=50)) == 9
+    assert study_hedge_level(hedge_config("s")) == 9  # rungs 1, 3, 9, 27 below 28 epochs
+    assert study_hedge_level(hedge_config("s", epochs=50)) == 9
     # No rung above the third: no hedge (digits' 27 epochs: rungs 1, 3, 9).
-    assert study_hedge_level(config("s", epochs=27)) is None
+    assert study_hedge_level(hedge_config("s", epochs=27)) is None
     # Random search needs none; Hyperband's brackets already start higher.
-    assert study_hedge_level(config("s", sampler="random")) is None
-    assert study_hedge_level(config("s", pruner="hyperband")) is None
+    assert study_hedge_level(hedge_config("s", sampler="random")) is None
+    assert study_hedge_level(hedge_config("s", pruner="hyperband")) is None
     assert "first judged at epoch 9" in describe(9)
 
 
@@ -82,7 +59,7 @@ def test_the_gap_doubles_while_hedges_lose_and_is_ten_again_after_one_wins() -> 
 
 
 def test_a_hedge_is_drawn_at_random_the_others_by_tpe() -> None:
-    c = config("s")
+    c = hedge_config("s")
     assert isinstance(make_sampler(c, 19, hedge=True), optuna.samplers.RandomSampler)
     assert not isinstance(make_sampler(c, 19), optuna.samplers.RandomSampler)
 
@@ -136,7 +113,7 @@ def test_workers_space_out_hedges_that_lose_and_judge_them_first_at_the_third_ru
     storage_url: str, study_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO):
-        trials = run_study(storage_url, config(study_name, n_trials=120), hedge_value=0.0)
+        trials = run_study(storage_url, hedge_config(study_name, n_trials=120), hedge_value=0.0)
     hedges = [n for n, (_, hedge, _) in trials.items() if hedge]
     assert hedges == [9, 29, 69, 109]
     assert all(trials[n][0] == 9 for n in hedges)  # none paused at rung 1 or 3
@@ -147,7 +124,7 @@ def test_workers_space_out_hedges_that_lose_and_judge_them_first_at_the_third_ru
 
 
 def test_hedges_that_win_come_every_ten_trials(storage_url: str, study_name: str) -> None:
-    trials = run_study(storage_url, config(study_name, n_trials=40), hedge_value=1.0)
+    trials = run_study(storage_url, hedge_config(study_name, n_trials=40), hedge_value=1.0)
     assert [n for n, (_, hedge, _) in trials.items() if hedge] == [9, 19, 29, 39]
 
 
@@ -159,7 +136,7 @@ def test_enqueued_trials_are_never_hedges(
     trial sampled after them."""
     given = [{"x": round(0.05 * i + 0.02, 2), "lr": 0.001} for i in range(10)]
     with caplog.at_level(logging.INFO):
-        trials = run_study(storage_url, config(study_name, enqueue=given))
+        trials = run_study(storage_url, hedge_config(study_name, enqueue=given))
     assert [trials[n][2] for n in range(10)] == given
     assert [n for n, (_, hedge, _) in trials.items() if hedge] == [10]
     assert trials[9][0] == 1 and trials[10][0] == 9
@@ -172,7 +149,7 @@ def test_a_hedge_a_user_enqueues_into_is_no_longer_one(storage_url: str, study_n
     trial was sampled as a hedge, it is not one any more (its params were not drawn at random)."""
     storage = open_storage(storage_url, create=True)
     try:
-        ref, _ = create_study(storage, config(study_name))
+        ref, _ = create_study(storage, hedge_config(study_name))
         queue_first_trials(storage, ref)  # TPE's ten start-up trials: 0-9, 9 a hedge
         study = optuna.load_study(study_name=study_name, storage=storage_url)
         trials = {t.number: t for t in study.get_trials()}
@@ -189,6 +166,6 @@ def test_a_hedge_a_user_enqueues_into_is_no_longer_one(storage_url: str, study_n
 def test_random_search_pauses_every_trial_at_the_first_rung(
     storage_url: str, study_name: str
 ) -> None:
-    trials = run_study(storage_url, config(study_name, sampler="random"))
+    trials = run_study(storage_url, hedge_config(study_name, sampler="random"))
     assert len(trials) == 30 and {level for level, _, _ in trials.values()} == {1}
     assert not any(hedge for _, hedge, _ in trials.values())

@@ -23,26 +23,12 @@ from search.db.storage import open_storage
 from search.db.tables import trial_rungs
 from search.pruning.promotion import Paused, RungTable
 from search.sampling import sample_ahead
-from search.study.parse_config import parse_config
 from search.study.studies import create_study, open_study
 from search.worker.loop import Worker
 from search.worker.trial import TrialOutcome, TrialRun
+from tests.helpers.configs import ASHA_PRUNER, pruner_config
 from tests.helpers.objectives import curve, join_all, start_workers
 from tests.helpers.processes import query
-
-
-def make_config(name: str, pruner: dict[str, Any], **study: Any) -> Any:
-    return parse_config(
-        {
-            "study": {"name": name, "sampler": "random"} | study,
-            "pruner": pruner,
-            "task": {"name": "digits", "epochs": 9},
-            "space": {"x": {"type": "float", "low": 0.0, "high": 1.0}},
-        }
-    )
-
-
-ASHA = {"type": "asha", "min_resource": 1, "reduction_factor": 3}
 
 
 def ours(url: str, table: str) -> str:
@@ -78,7 +64,7 @@ def test_asha_pauses_at_rungs_and_workers_resume_each_others_trials(
     storage_url: str, study_name: str
 ) -> None:
     storage = open_storage(storage_url, create=True)
-    ref, _ = create_study(storage, make_config(study_name, ASHA, n_trials=24))
+    ref, _ = create_study(storage, pruner_config(study_name, ASHA_PRUNER, n_trials=24))
     assert join_all(start_workers(storage_url, study_name, 3, "early_best")) == [0, 0, 0]
 
     trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
@@ -118,7 +104,7 @@ def test_the_last_epochs_of_a_small_budget_finish_the_best_paused_trial(
     train a new trial fully go to the paused trials instead, best first, and one is trained
     to the end."""
     storage = open_storage(storage_url, create=True)
-    ref, _ = create_study(storage, make_config(study_name, ASHA, budget_epochs=15, seed=0))
+    ref, _ = create_study(storage, pruner_config(study_name, ASHA_PRUNER, budget_epochs=15, seed=0))
     caplog.set_level(logging.INFO, logger="search")
     assert run_one_worker(storage_url, study_name) == 0
     # The log says which rule promoted them: ceil(n/eta) there, not the top 1/eta.
@@ -144,7 +130,7 @@ def test_a_trial_paused_by_one_worker_is_resumed_by_another(
     storage_url: str, study_name: str
 ) -> None:
     storage = open_storage(storage_url, create=True)
-    create_study(storage, make_config(study_name, ASHA, n_trials=9))
+    create_study(storage, pruner_config(study_name, ASHA_PRUNER, n_trials=9))
 
     def best_is_trial_0(run: TrialRun) -> TrialOutcome:
         run.params = {"x": 1.0 if run.number == 0 else 0.9 * run.params["x"]}
@@ -175,11 +161,11 @@ def test_a_trial_paused_by_one_worker_is_resumed_by_another(
 def test_eight_workers_train_exactly_the_epoch_budget_on_postgresql(
     pg_url: str, study_name: str, pruner: str
 ) -> None:
-    settings = ASHA if pruner == "asha" else {"type": pruner}
+    settings = ASHA_PRUNER if pruner == "asha" else {"type": pruner}
     if pruner == "hyperband":
         settings = {"type": "hyperband", "min_resource": 1, "reduction_factor": 3}
     storage = open_storage(pg_url)
-    ref, _ = create_study(storage, make_config(study_name, settings, budget_epochs=100))
+    ref, _ = create_study(storage, pruner_config(study_name, settings, budget_epochs=100))
     assert join_all(start_workers(pg_url, study_name, 8), timeout_s=180) == [0] * 8
 
     trials = optuna.load_study(study_name=study_name, storage=pg_url).get_trials()
@@ -203,7 +189,7 @@ def test_a_budget_in_hours_ends_the_study_and_its_running_trial(
     storage_url: str, study_name: str
 ) -> None:
     storage = open_storage(storage_url, create=True)
-    create_study(storage, make_config(study_name, {"type": "none"}, budget_hours=1.5 / 3600))
+    create_study(storage, pruner_config(study_name, {"type": "none"}, budget_hours=1.5 / 3600))
 
     def slow(run: TrialRun) -> TrialOutcome:
         return curve(run, 0.25)
@@ -220,7 +206,7 @@ def test_a_budget_in_hours_ends_the_study_and_its_running_trial(
 
 def test_a_run_trial_function_sees_why_it_was_stopped(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
-    create_study(storage, make_config(study_name, ASHA, n_trials=6, budget_epochs=12))
+    create_study(storage, pruner_config(study_name, ASHA_PRUNER, n_trials=6, budget_epochs=12))
     seen: list[tuple[int, int, str | None]] = []
 
     def recording(run: TrialRun) -> TrialOutcome:
@@ -238,7 +224,7 @@ def test_status_shows_paused_trials_and_the_budget_used_and_left(
     storage_url: str, study_name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     storage = open_storage(storage_url, create=True)
-    create_study(storage, make_config(study_name, ASHA, budget_epochs=50))
+    create_study(storage, pruner_config(study_name, ASHA_PRUNER, budget_epochs=50))
 
     def pause_then_leave(run: TrialRun) -> TrialOutcome:
         outcome = curve(run, 0.0)
@@ -308,7 +294,7 @@ def test_the_database_promotes_what_the_rule_promotes(storage_url: str, maximize
 def test_hyperband_with_promotion_runs_brackets_of_asha(storage_url: str, study_name: str) -> None:
     storage = open_storage(storage_url, create=True)
     hyperband = {"type": "hyperband", "min_resource": 1, "reduction_factor": 3, "promotion": True}
-    ref, _ = create_study(storage, make_config(study_name, hyperband, n_trials=30))
+    ref, _ = create_study(storage, pruner_config(study_name, hyperband, n_trials=30))
     assert run_one_worker(storage_url, study_name) == 0
     trials = optuna.load_study(study_name=study_name, storage=storage_url).get_trials()
     assert len(trials) == 30 and {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
@@ -340,7 +326,9 @@ def test_no_trial_sampled_ahead_outlives_a_study_whose_budget_ends(
 
     monkeypatch.setattr(sample_ahead, "suggest", slow_in_background)
     storage = open_storage(pg_url)
-    ref, _ = create_study(storage, make_config(study_name, ASHA, sampler="tpe", budget_epochs=10))
+    ref, _ = create_study(
+        storage, pruner_config(study_name, ASHA_PRUNER, sampler="tpe", budget_epochs=10)
+    )
     assert run_one_worker(pg_url, study_name) == 0
 
     trials = optuna.load_study(study_name=study_name, storage=pg_url).get_trials()
@@ -356,7 +344,9 @@ def test_no_trial_is_sampled_once_the_epoch_budget_is_spent(
 ) -> None:
     """The insert itself checks the budget (another worker's cleanup may already be done)."""
     storage = open_storage(storage_url)
-    ref, _ = create_study(storage, make_config(study_name, ASHA, sampler=sampler, budget_epochs=5))
+    ref, _ = create_study(
+        storage, pruner_config(study_name, ASHA_PRUNER, sampler=sampler, budget_epochs=5)
+    )
     before = len(optuna.load_study(study_name=study_name, storage=storage_url).get_trials())
     worker_id = f"w-{study_name}"
     top_up = sample_ahead.TrialSampler(storage, ref, worker_id).top_up
