@@ -22,6 +22,11 @@ after a study says whether it was cut short: such a study is neither cached nor 
                 ...  # cut short: leave it out and stop
     finally:
         signals.close()
+
+A harness killed with SIGKILL runs no handler: its pool's processes train their studies to the
+end (a study's seconds or, on a clock of several workers, minutes) and then fail to hand the
+result back, with a traceback each. `exit_with_parent`, run first in each of them (a pool's
+initializer), ends them within seconds of the harness, quietly.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RunSignals"]
+__all__ = ["RunSignals", "exit_with_parent"]
 
 _STOPPING = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -90,3 +96,26 @@ class RunSignals:
             self._read = -1
             for signum, handler in self._handlers.items():
                 signal.signal(signum, handler)
+
+
+def exit_with_parent(grace_s: float = 10.0, every_s: float = 1.0) -> None:
+    """In a pool's process: once its parent process has ended (killed with SIGKILL too: the
+    process is then another's child), send this process SIGTERM (a Worker inside hands its
+    trial back), and end it `grace_s` seconds later if it is still there. Looks every
+    `every_s` seconds from a daemon thread. What it writes to stderr from then on is dropped:
+    the harness is gone, and its last words would be a traceback of the result it could not
+    send. (Not the parent's sentinel pipe: a process forked after this one holds its write
+    end, so it closes only when they all have ended.)"""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()

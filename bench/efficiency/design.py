@@ -45,7 +45,7 @@ from bench.efficiency.simulate import rungs
 from bench.efficiency.stats import Run, epochs_to, speedup
 from bench.efficiency.targets import tolerance_label, tpe_tolerance
 from bench.efficiency.variants import RandomFraction as _RandomFraction
-from bench.signals import RunSignals
+from bench.signals import RunSignals, exit_with_parent
 from bench.stamp import append_line, open_to_append, read_lines, unwritable, write_json
 from search.pruning.adaptive import RungSchedule as _RungSchedule
 from search.sampling import hedge
@@ -905,8 +905,11 @@ def _run_all(
 
 
 def _ignore_ctrl_c() -> None:
-    """A pool process leaves Ctrl-C to the harness, which ends the pool (no traceback each)."""
+    """A pool process leaves Ctrl-C to the harness, which ends the pool (no traceback each),
+    and ends when the harness does (`exit_with_parent`: SIGKILL, which the harness cannot
+    pass on)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()
 
 
 def suite_arguments(parser: argparse.ArgumentParser) -> None:

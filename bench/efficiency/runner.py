@@ -97,7 +97,7 @@ from bench.efficiency.real_path import (  # noqa: E402
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
 from bench.efficiency.targets import item5, print_item5  # noqa: E402
-from bench.signals import RunSignals  # noqa: E402
+from bench.signals import RunSignals, exit_with_parent  # noqa: E402
 from bench.stamp import open_to_append, read_lines, unwritable, write_json  # noqa: E402
 
 __all__ = ["HPSEARCH", "OPTUNA", "SurrogateTrial", "hpsearch_study", "main", "study_config"]
@@ -736,7 +736,8 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
         if left_out:
             print(f"left out, no cached random search: {', '.join(left_out)}", file=sys.stderr)
         instances = [i for i in instances if i not in left_out]
-    pool = mp.get_context("spawn").Pool(n_jobs) if n_jobs > 1 and todo else None
+    # Its processes end with the runner, SIGKILL too (they would wait for the next study for ever).
+    pool = mp.get_context("spawn").Pool(n_jobs, exit_with_parent) if n_jobs > 1 and todo else None
     done = 0
     try:
         mapped = pool.imap_unordered(_run_job_quiet, todo) if pool else map(_run_job_quiet, todo)

@@ -138,10 +138,11 @@ def main() -> None:
     # The study's Worker runs in this process and takes kill and Ctrl-C as a notice to hand
     # its trial back: the study then ends early, and is not reported as a measurement.
     signals = RunSignals()
+    cut_short = "its study cut short is left out"
     results = []
     for instance in args.instance.split(","):
         one_study(instance, 99, 200, args.storage, args.data)  # imports, data: before timing
-        signals.stopped("real_path", "its study cut short is left out")
+        signals.stopped("real_path", cut_short)
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             profiler = cProfile.Profile() if args.profile else None
             if profiler:
@@ -150,7 +151,7 @@ def main() -> None:
             if profiler:
                 profiler.disable()
                 result["profiled"] = True
-            signals.stopped("real_path", "its study cut short is left out")
+            signals.stopped("real_path", cut_short)
             results.append(result)
             print(json.dumps(result), flush=True)
             if profiler:

@@ -532,6 +532,71 @@ def test_a_study_cut_short_by_kill_or_ctrl_c_is_not_cached_and_the_run_stops(
     assert not (tmp_path / "o.json").exists()
 
 
+def _living_children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (zombies left out), from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _still_living(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+@pytest.mark.slow
+@needs_data
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_the_runners_pool_ends_when_the_runner_is_killed_with_sigkill(tmp_path: Path) -> None:
+    """SIGKILL reaches no handler: the processes of the runner's pool (`--jobs 2`) trained
+    their studies to the end (about ten seconds each here) and then printed a traceback of
+    the result they could not send. They end within seconds now, without a word."""
+    flags = "--instances 189906,167168 --strategies default --no-reference --seeds 2 --jobs 2"
+    files = ["--data", str(DATA), "--cache", str(tmp_path / "c.jsonl")]
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as out:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "bench.efficiency", *flags.split(), *files],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    pool: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while "[1/4]" not in err.read_text() and time.monotonic() < deadline:
+            assert runner.poll() is None, err.read_text()
+            time.sleep(0.2)
+        assert "[1/4]" in err.read_text(), "no study ended in two minutes"
+        pool = _living_children(runner.pid)  # one starts a study now, the other is in one
+        assert len(pool) >= 2, pool  # the two pool processes (and the resource tracker)
+    finally:
+        runner.kill()
+        runner.wait()
+    printed = len(err.read_text())
+    deadline = time.monotonic() + 8
+    while _still_living(pool) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    left = _still_living(pool)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"pool processes {left} outlived the runner killed with SIGKILL by 8 s"
+    assert "Traceback" not in err.read_text()[printed:], err.read_text()[printed:]
+
+
 def test_a_cache_line_cut_short_by_a_kill_is_left_out_and_the_next_line_starts_afresh(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
