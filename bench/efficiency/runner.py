@@ -736,7 +736,7 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
         if left_out:
             print(f"left out, no cached random search: {', '.join(left_out)}", file=sys.stderr)
         instances = [i for i in instances if i not in left_out]
-    # Its processes end with the runner, SIGKILL too (they would wait for the next study for ever).
+    # Its processes end with the runner, SIGKILL too (bench.signals.exit_with_parent).
     pool = mp.get_context("spawn").Pool(n_jobs, exit_with_parent) if n_jobs > 1 and todo else None
     done = 0
     try:
