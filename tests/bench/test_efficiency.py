@@ -532,19 +532,6 @@ def test_a_study_cut_short_by_kill_or_ctrl_c_is_not_cached_and_the_run_stops(
     assert not (tmp_path / "o.json").exists()
 
 
-def _living_children(pid: int) -> list[int]:
-    """The processes whose parent is `pid` (zombies left out), from /proc."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
-
-
 def _still_living(pids: list[int]) -> list[int]:
     alive = []
     for pid in pids:
@@ -581,7 +568,8 @@ def test_the_runners_pool_ends_when_the_runner_is_killed_with_sigkill(tmp_path: 
             assert runner.poll() is None, err.read_text()
             time.sleep(0.2)
         assert "[1/4]" in err.read_text(), "no study ended in two minutes"
-        pool = _living_children(runner.pid)  # one starts a study now, the other is in one
+        children = Path(f"/proc/{runner.pid}/task/{runner.pid}/children").read_text()
+        pool = [int(pid) for pid in children.split()]  # one starts a study, the other is in one
         assert len(pool) >= 2, pool  # the two pool processes (and the resource tracker)
     finally:
         runner.kill()
