@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from search.db.storage import resolve_url
 from search.errors import EXIT_BAD_INPUT
@@ -68,13 +69,24 @@ GRACE_HELP = (
     "seconds without a heartbeat after which a worker counts as dead and its trial resumes "
     "elsewhere (default: $HPSEARCH_GRACE_S, else 60)"
 )
+_NEGATIVE_VALUE = re.compile(r"^-\.?\d")
+"""What a value that starts with a minus looks like to `Parser`: -2, -1GB, -.5."""
 GRACE_RANGE_S = (1.0, 86400.0)
 """Grace periods hpsearch accepts: a worker heartbeats every grace/6 seconds, so below a
 second it would spend its time heartbeating; above a day a dead worker's trial waits a day."""
 
 
 class Parser(argparse.ArgumentParser):
-    """Bad command lines are bad input like any other: one line, exit code 2."""
+    """Bad command lines are bad input like any other: one line, exit code 2.
+
+    A value that starts with a minus and a digit (`--device-memory -1GB`) is read as the
+    flag's value, so the flag's own check names what is wrong with it: argparse would take
+    `-1GB` for an unknown flag and say the flag "expected one argument". (No flag of hpsearch
+    looks like a negative number.)"""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"hpsearch: error: {message} (see {self.prog} --help)\n")

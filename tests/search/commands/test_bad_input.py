@@ -225,6 +225,13 @@ ARGUMENT_CASES = [
         {},
         "--workers: must be >= 1, got -2",
     ),
+    (
+        # argparse alone takes "-1GB" for a flag and says "expected one argument"
+        "device-memory-negative",
+        ["estimate", "{config}", "--device-memory", "-1GB"],
+        {},
+        "--device-memory: '-1GB' is not a memory size",
+    ),
     ("unknown-flag", ["run", "{config}", "--fast"], {}, "unrecognized arguments: --fast"),
     ("no-command", [], {}, "the following arguments are required"),
     (
