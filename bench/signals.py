@@ -98,19 +98,24 @@ class RunSignals:
                 signal.signal(signum, handler)
 
 
-def exit_with_parent(grace_s: float = 10.0, every_s: float = 1.0) -> None:
+def exit_with_parent(grace_s: float = 10.0, every_s: float = 1.0) -> threading.Event:
     """In a pool's process: once its parent process has ended (killed with SIGKILL too: the
     process is then another's child), send this process SIGTERM (a Worker inside hands its
     trial back), and end it `grace_s` seconds later if it is still there. Looks every
     `every_s` seconds from a daemon thread. What it writes to stderr from then on is dropped:
     the harness is gone, and its last words would be a traceback of the result it could not
     send. (Not the parent's sentinel pipe: a process forked after this one holds its write
-    end, so it closes only when they all have ended.)"""
+    end, so it closes only when they all have ended.)
+
+    Returns the event set when the parent has gone: a process that would wait for its next
+    task from the parent ends at once when it is set, instead of at the end of the grace."""
     parent = os.getppid()
+    gone = threading.Event()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(every_s)
+        gone.set()
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 2)
@@ -119,3 +124,4 @@ def exit_with_parent(grace_s: float = 10.0, every_s: float = 1.0) -> None:
         os._exit(128 + signal.SIGTERM)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    return gone

@@ -10,7 +10,6 @@ runner.py's.
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import os
 import tempfile
@@ -26,10 +25,10 @@ __all__ = [
     "DIGITS_EPOCHS",
     "EpochLog",
     "SurrogateTrial",
-    "close_pool",
     "full_training",
     "hpsearch_study",
     "run_hpsearch",
+    "run_worker",
     "study_config",
 ]
 
@@ -228,59 +227,7 @@ class DigitsTrial:
         return outcome
 
 
-def _pool_process(tasks: Any, done: Any, left: Any) -> None:
-    """A worker process of `WorkerPool`: runs one Worker per study it is handed."""
-    import warnings
-
-    warnings.simplefilter("ignore")
-    logging.basicConfig(level=logging.WARNING)
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        try:
-            code = _run_worker(*task, left if task[-1] is not None else None)
-        except Exception as exc:  # reported to the parent, which stops the benchmark
-            code = f"{type(exc).__name__}: {exc}"
-        done.put(code)
-
-
-class WorkerPool:
-    """W long-lived processes that join each study together: each runs a `Worker` of its own
-    (a real one: its own database connections, sampling and pruning), so that the start-up of
-    a process (imports, ~2 s of CPU) is paid once per benchmark, not once per study."""
-
-    def __init__(self, workers: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.workers = workers
-        self.tasks, self.done = ctx.Queue(), ctx.Queue()
-        self.left = ctx.Value("l", 0)
-        self.procs = [
-            ctx.Process(target=_pool_process, args=(self.tasks, self.done, self.left), daemon=True)
-            for _ in range(workers)
-        ]
-        for p in self.procs:
-            p.start()
-
-    def run(self, task: tuple[Any, ...], budget: int | None) -> list[Any]:
-        """Run every process's Worker on one study; their exit codes."""
-        if budget is not None:
-            self.left.value = budget
-        for _ in range(self.workers):
-            self.tasks.put((*task, budget))
-        return [self.done.get() for _ in range(self.workers)]
-
-    def close(self) -> None:
-        for _ in self.procs:
-            self.tasks.put(None)
-        for p in self.procs:
-            p.join(timeout=30)
-
-
-_POOL: WorkerPool | None = None
-
-
-def _run_worker(
+def run_worker(
     url: str,
     study: str,
     benchmark: str,
@@ -292,6 +239,10 @@ def _run_worker(
     budget_left: int | None,
     left: Any = None,
 ) -> int:
+    """One real `Worker` on study `study` at `url`, its trials reporting the surrogate's curve
+    (or training digits) and logging their epochs to `log_path`; its exit code. `budget_left`
+    (shared as `left` between the processes of `worker_pool.WorkerPool`): the epochs the
+    bench's own budget has left, where hpsearch has no `budget_epochs`."""
     from search.db.storage import open_storage
     from search.study.studies import open_study
     from search.worker.loop import Worker
@@ -366,12 +317,11 @@ def hpsearch_study(
     metric = config.study.metric if benchmark == "lcbench" else "val_accuracy"
     args = (url, config.study.name, benchmark, instance, data, metric, time_scale, log_path)
     if workers == 1:
-        codes: list[Any] = [_run_worker(*args, budget)]
+        codes: list[Any] = [run_worker(*args, budget)]
     else:
-        global _POOL
-        if _POOL is None or _POOL.workers != workers:
-            _POOL = WorkerPool(workers)
-        codes = _POOL.run(args, budget)
+        from bench.efficiency.worker_pool import pool_of
+
+        codes = pool_of(workers).run(args, budget)
     if any(c != 0 for c in codes):
         raise RuntimeError(f"study {config.study.name}: worker exit codes {codes}")
     run = EpochLog(log_path).run()
@@ -391,14 +341,6 @@ def _trial_count(url: str, name: str) -> int:
         return len(study.get_trials(deepcopy=False))
     finally:
         storage.close()
-
-
-def close_pool() -> None:
-    """Stop the worker processes of `--workers W` studies, if any were started."""
-    global _POOL
-    if _POOL is not None:
-        _POOL.close()
-        _POOL = None
 
 
 def run_hpsearch(

@@ -90,13 +90,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 from bench.efficiency.real_path import (  # noqa: E402
     SurrogateTrial,
-    close_pool,
     hpsearch_study,
     run_hpsearch,
     study_config,
 )
 from bench.efficiency.stats import Run, distribution, summarize  # noqa: E402
 from bench.efficiency.targets import item5, print_item5  # noqa: E402
+from bench.efficiency.worker_pool import close_pool, running  # noqa: E402
 from bench.signals import RunSignals, exit_with_parent  # noqa: E402
 from bench.stamp import open_to_append, read_lines, unwritable, write_json  # noqa: E402
 
@@ -614,11 +614,8 @@ def _kill_study_workers() -> None:
     `with TemporaryDirectory()` (bench/efficiency/real_path.py) before `_end_children` kills
     them, and a worker that opened its epoch log in between died with a traceback (seen in
     CI). The pool of `--jobs` is left to `_end_children`, whose lock it minds."""
-    from bench.efficiency import real_path
-
-    if real_path._POOL is not None:
-        for process in real_path._POOL.procs:
-            process.kill()
+    for process in running():
+        process.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -547,11 +547,23 @@ def _still_living(pids: list[int]) -> list[int]:
 @pytest.mark.slow
 @needs_data
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_the_runners_pool_ends_when_the_runner_is_killed_with_sigkill(tmp_path: Path) -> None:
-    """SIGKILL reaches no handler: the processes of the runner's pool (`--jobs 2`) trained
-    their studies to the end (about ten seconds each here) and then printed a traceback of
-    the result they could not send. They end within seconds now, without a word."""
-    flags = "--instances 189906,167168 --strategies default --no-reference --seeds 2 --jobs 2"
+@pytest.mark.parametrize(
+    ("pool", "flags", "started"),
+    [
+        # --jobs 2: the pool of studies. Its processes trained their studies to the end (about
+        # ten seconds each here) and then printed a traceback of the result they could not send.
+        ("jobs", "--seeds 2 --jobs 2", "[1/4]"),
+        # --workers 2: the processes that join each study. They waited for the next study for
+        # ever (still there 89 s after the kill).
+        ("workers", "--seeds 1 --workers 2", None),
+    ],
+)
+def test_the_runners_pools_end_when_the_runner_is_killed_with_sigkill(
+    pool: str, flags: str, started: str | None, tmp_path: Path
+) -> None:
+    """SIGKILL reaches no handler: the processes the runner started must notice it has gone
+    by themselves, and end within seconds, without a word."""
+    flags = f"--instances 189906,167168 --strategies default --no-reference {flags}"
     files = ["--data", str(DATA), "--cache", str(tmp_path / "c.jsonl")]
     err = tmp_path / "stderr.txt"
     with err.open("w") as out:
@@ -561,27 +573,33 @@ def test_the_runners_pool_ends_when_the_runner_is_killed_with_sigkill(tmp_path: 
             stdout=subprocess.DEVNULL,
             stderr=out,
         )
-    pool: list[int] = []
+    children = Path(f"/proc/{runner.pid}/task/{runner.pid}/children")
+    pids: list[int] = []
     try:
         deadline = time.monotonic() + 120
-        while "[1/4]" not in err.read_text() and time.monotonic() < deadline:
-            assert runner.poll() is None, err.read_text()
-            time.sleep(0.2)
-        assert "[1/4]" in err.read_text(), "no study ended in two minutes"
-        children = Path(f"/proc/{runner.pid}/task/{runner.pid}/children").read_text()
-        pool = [int(pid) for pid in children.split()]  # one starts a study, the other is in one
-        assert len(pool) >= 2, pool  # the two pool processes (and the resource tracker)
+        if started is not None:  # a study has ended: one process starts a study, one is in one
+            while started not in err.read_text() and time.monotonic() < deadline:
+                assert runner.poll() is None, err.read_text()
+                time.sleep(0.2)
+            assert started in err.read_text(), "no study ended in two minutes"
+        else:  # both workers and the resource tracker started, and into the first study
+            while len(children.read_text().split()) < 3 and time.monotonic() < deadline:
+                assert runner.poll() is None, err.read_text()
+                time.sleep(0.2)
+            time.sleep(8)
+        pids = [int(pid) for pid in children.read_text().split()]
+        assert len(pids) >= 2, pids  # the two pool processes (and the resource tracker)
     finally:
         runner.kill()
         runner.wait()
     printed = len(err.read_text())
     deadline = time.monotonic() + 8
-    while _still_living(pool) and time.monotonic() < deadline:
+    while _still_living(pids) and time.monotonic() < deadline:
         time.sleep(0.25)
-    left = _still_living(pool)
+    left = _still_living(pids)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
-    assert not left, f"pool processes {left} outlived the runner killed with SIGKILL by 8 s"
+    assert not left, f"{pool} processes {left} outlived the runner killed with SIGKILL by 8 s"
     assert "Traceback" not in err.read_text()[printed:], err.read_text()[printed:]
 
 
