@@ -36,6 +36,7 @@ from bench.efficiency.runner import (
     _final,
     _maximize,
     _read_cache,
+    bad_input,
 )
 from bench.efficiency.targets import tpe_tolerance
 from bench.stamp import unwritable, write_json
@@ -116,10 +117,8 @@ def compare(
     return {"instances": rows, "counts": counts}
 
 
-def _bad_input(message: str) -> int:
-    """Say what is wrong in one line, as this module is run; the exit status of bad input."""
-    print(f"bench.efficiency.finals_noise: {message}", file=sys.stderr)
-    return 2
+def _bad(message: str) -> int:
+    return bad_input(message, "bench.efficiency.finals_noise")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.seeds < 2:
-        return _bad_input("--seeds must be at least 2")
+        return _bad("--seeds must be at least 2")
     wrong = unwritable("--json", args.json) if args.json else None
     if wrong:
-        return _bad_input(wrong)
+        return _bad(wrong)
     try:
         cache = _read_cache(args.cache)
     except (OSError, ValueError) as exc:
-        return _bad_input(f"--cache: {exc}")
+        return _bad(f"--cache: {exc}")
     got = compare(
         cache,
         DEV_INSTANCES,
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         args.alpha,
     )
     if isinstance(got, str):
-        return _bad_input(
+        return _bad(
             f"not in {args.cache}: {got} (run python -m "
             f"bench.efficiency --suite dev --seeds {2 * args.seeds} --metric {args.metric} "
             f"--strategies {args.peer},{args.strategy} --no-reference --cache {args.cache}; "

@@ -585,10 +585,10 @@ def _fmt_speedup(x: float | None) -> str:
     return f"{x:.1f}x" if x else "never"
 
 
-def _bad_input(message: str) -> int:
-    """Say what is wrong in one line, as this module is run (`python -m bench.efficiency`);
-    the exit status of bad input."""
-    print(f"bench.efficiency: {message}", file=sys.stderr)
+def bad_input(message: str, harness: str = "bench.efficiency") -> int:
+    """Say what is wrong in one line, as the harness is run (`python -m bench.efficiency`,
+    or `harness`); the exit status of bad input."""
+    print(f"{harness}: {message}", file=sys.stderr)
     return 2
 
 
@@ -634,7 +634,7 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
     if not wrong and args.cache and not args.report_only:
         wrong = unwritable("--cache", args.cache)
     if wrong:
-        return _bad_input(wrong)
+        return bad_input(wrong)
     digits = args.benchmark == "digits"
     budget = args.budget_epochs or (1350 if digits else 5000)
     maximize = True if digits else _maximize(args.metric)
@@ -645,13 +645,13 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
     in_process = set(OPTUNA) | set(SIM) | set(PEERS)
     bad = [s for s in strategies if s not in known]
     if bad or (digits and any(s in in_process for s in strategies)):
-        return _bad_input(
+        return bad_input(
             f"--strategies: unknown or not for {args.benchmark}: {', '.join(bad or strategies)}"
         )
     try:
         reference = json.loads(Path(args.reference).read_text()) if args.reference else None
     except (OSError, ValueError) as exc:
-        return _bad_input(f"--reference: cannot read {args.reference}: {exc}")
+        return bad_input(f"--reference: cannot read {args.reference}: {exc}")
     if "random" not in strategies and reference is None and not args.no_reference:
         strategies.insert(0, "random")  # the reference
     if digits:
@@ -668,17 +668,17 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
         try:
             known_instances = LCBench(instances[0], data)._bench.instances
         except (FileNotFoundError, ValueError, ImportError) as exc:
-            return _bad_input(str(exc))
+            return bad_input(str(exc))
         unknown = [i for i in instances if i not in known_instances]
         if unknown:
-            return _bad_input(f"unknown LCBench instance {unknown[0]!r}")
+            return bad_input(f"unknown LCBench instance {unknown[0]!r}")
     if "smac-mf" in strategies and not args.report_only:
         from bench.efficiency.smac_mf import SmacUnavailable, ensure_venv
 
         try:
             ensure_venv()
         except SmacUnavailable as exc:
-            return _bad_input(f"smac-mf: {exc}")
+            return bad_input(f"smac-mf: {exc}")
     seeds = {instance: _seeds_of(instance, args) for instance in instances}
     jobs = [
         Job(
@@ -706,7 +706,7 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
     try:
         cached = _read_cache(args.cache)
     except (OSError, ValueError) as exc:
-        return _bad_input(f"--cache: {exc}")
+        return bad_input(f"--cache: {exc}")
     todo = []
     for job in jobs:
         run = cached.get(_cache_key(job))
@@ -721,12 +721,12 @@ def _main(argv: list[str] | None, signals: RunSignals) -> int:
         try:  # a missing database: one line, before any study that needs it starts
             open_storage(args.storage).close()
         except StorageError as exc:
-            return _bad_input(f"--storage: {exc}")
+            return bad_input(f"--storage: {exc}")
     if args.report_only:
         strategies = [s for s in strategies if any((i, s) in results for i in instances)]
         left_out = [i for i in instances if (i, "random") not in results and not reference]
         if left_out and len(left_out) == len(instances):
-            return _bad_input(
+            return bad_input(
                 f"--report-only: no cached study of random search (the reference) for "
                 f"{', '.join(left_out)} in {args.cache}"
             )
