@@ -17,8 +17,9 @@ followed by a default study with the budget that is left (`B - s`) and the seed 
 itself cut where it stalls, and so on. The trials in flight at `s` are lost (the product would
 let them finish: this reading is the candidate's worst case). The default's own studies come
 from the suite's cache (`--cache`, bench/efficiency/runner.py's keys), and the later parts are
-run by the runner's `run_job` and appended to it; so the table is the suite's, for the same
-seeds, with the candidate beside the default:
+run by the runner's `run_job` and appended to it (so are the default's and random search's
+studies where the cache lacks them; the other peers are shown where it holds them); so the
+table is the suite's, for the same seeds, with the candidate beside the default:
 
     python -m bench.efficiency.restarts --metric val_balanced_accuracy --seeds 20 --stall 15 \
         --cache bench/results/efficiency-lcbench-dev.jsonl --jobs 2
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                     return cached.get(_cache_key(job(instance, "default", seed, budget)))
 
                 for seed in range(args.seeds):
+                    reference = job(instance, "random", seed, BUDGET)  # the target's
+                    if _cache_key(reference) not in cached:
+                        todo[_cache_key(reference)] = reference
                     for k in stalls:
                         run, need = restarted(part, seed, k, args.min_left, maximize)
                         if run is not None:
@@ -160,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                 cached[_cache_key(j)] = run
                 ran += 1
                 print(
-                    f"[{ran}/{len(jobs)}] {j.instance} seed {j.seed} budget {j.budget}",
+                    f"[{ran}/{len(jobs)}] {j.instance} {j.strategy} seed {j.seed} "
+                    f"budget {j.budget}",
                     file=sys.stderr,
                 )
     finally:
