@@ -35,7 +35,7 @@ import multiprocessing as mp
 import sys
 from typing import Any
 
-from bench.efficiency.design import DEV
+from bench.efficiency.design import DEV, REFERENCES
 from bench.efficiency.lcbench import EPOCHS, METRICS
 from bench.efficiency.runner import (
     Job,
@@ -51,7 +51,6 @@ from bench.signals import exit_with_parent
 from bench.stamp import write_json
 
 BUDGET = 5000
-PEERS = ("random", "optuna-tpe", "optuna-tpe-hyperband", "sh-bracket")
 SEED_STEP = 1000
 """The seed of a search's n-th restart: seed + n x SEED_STEP."""
 
@@ -69,10 +68,6 @@ def stall_point(run: Run, stall: int, maximize: bool) -> int | None:
             if since >= stall:
                 return at
     return None
-
-
-def _job(instance: str, seed: int, budget: int, metric: str, data: str | None) -> Job:
-    return Job("lcbench", instance, "default", seed, budget, 1, data, None, 0.0, metric)
 
 
 def restarted(
@@ -147,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                     if _cache_key(reference) not in cached:
                         todo[_cache_key(reference)] = reference
                     for k in stalls:
+                        if (instance, seed, k) in results:  # put together in an earlier round
+                            continue
                         run, need = restarted(part, seed, k, args.min_left, maximize)
                         if run is not None:
                             results[(instance, seed, k)] = run
@@ -191,7 +188,7 @@ def _report(
     print("| --- |" + " --- |" * len(names))
     for instance in instances:
         runs: dict[str, list[Run]] = {}
-        for name in (*PEERS, "default"):
+        for name in (*REFERENCES, "default"):
             got = runs_of(instance, name)
             if all(r is not None for r in got):
                 runs[name] = got
